@@ -1,0 +1,1 @@
+"""Dash pages, one module per page."""

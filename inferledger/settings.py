@@ -1,0 +1,376 @@
+"""The one settings registry: every setting declared once (name, type, default, help).
+
+Values come from, in rising precedence: the default, a YAML config file, environment variables
+(``INFERLEDGER_<NAME>`` with dots turned into underscores), and CLI flags. Every value is
+validated at start-up; a bad one raises :class:`SettingsError` whose message is one line naming
+the setting and where the bad value came from. docs/configuration.md is generated from this
+registry (``inferledger settings --markdown``) and a test fails when a setting is undocumented.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from inferledger.errors import SettingsError
+
+ENV_PREFIX = "INFERLEDGER_"
+
+
+@dataclass(frozen=True)
+class ScrapeTarget:
+    """One Prometheus-text endpoint scraped on a schedule."""
+
+    name: str
+    url: str
+    interval_s: float
+    timeout_s: float
+    kind: str  # "vllm", "dcgm" or "prometheus" (anything else in the text format)
+    deployment: str | None = None
+
+
+def _parse_bool(raw: Any) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower()
+    if text in {"1", "true", "yes", "on"}:
+        return True
+    if text in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError(f"expected true or false, got {raw!r}")
+
+
+def _int_range(lo: int, hi: int) -> Callable[[Any], int]:
+    def parse(raw: Any) -> int:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected an integer, got {raw!r}")
+        try:
+            value = int(str(raw).strip().replace("_", ""))
+        except ValueError:
+            raise ValueError(f"expected an integer, got {raw!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"expected an integer from {lo} to {hi}, got {value}")
+        return value
+
+    return parse
+
+
+def _float_range(lo: float, hi: float) -> Callable[[Any], float]:
+    def parse(raw: Any) -> float:
+        if isinstance(raw, bool):
+            raise ValueError(f"expected a number, got {raw!r}")
+        try:
+            value = float(str(raw).strip())
+        except ValueError:
+            raise ValueError(f"expected a number, got {raw!r}") from None
+        if not lo <= value <= hi:
+            raise ValueError(f"expected a number from {lo:g} to {hi:g}, got {value:g}")
+        return value
+
+    return parse
+
+
+def _choice(*options: str) -> Callable[[Any], str]:
+    def parse(raw: Any) -> str:
+        value = str(raw).strip().lower()
+        if value not in options:
+            raise ValueError(f"expected one of {', '.join(options)}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _text(raw: Any) -> str:
+    if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+        raise ValueError(f"expected text, got {raw!r}")
+    return str(raw)
+
+
+def _host(raw: Any) -> str:
+    value = _text(raw).strip()
+    if not value or any(ch.isspace() for ch in value):
+        raise ValueError(f"expected a host name or address, got {raw!r}")
+    return value
+
+
+def _path(raw: Any) -> str:
+    value = _text(raw).strip()
+    if not value:
+        raise ValueError("expected a file path, got an empty value")
+    return value
+
+
+def _key_list(raw: Any) -> tuple[str, ...]:
+    """Ingest keys: a YAML list, or a comma-separated string from env/CLI."""
+    if raw is None or raw == "":
+        return ()
+    items = raw.split(",") if isinstance(raw, str) else raw
+    if not isinstance(items, list | tuple):
+        raise ValueError(f"expected a list of keys, got {raw!r}")
+    keys = tuple(str(k).strip() for k in items if str(k).strip())
+    for key in keys:
+        if len(key) < 8:
+            raise ValueError("every ingest key must be at least 8 characters long")
+    return keys
+
+
+_TARGET_KINDS = ("vllm", "dcgm", "prometheus")
+
+
+def _targets(raw: Any) -> tuple[ScrapeTarget, ...]:
+    """Scrape targets: a YAML list of mappings, or ``name=url,name=url`` from env/CLI."""
+    if raw is None or raw == "":
+        return ()
+    if isinstance(raw, str):
+        entries: list[Any] = []
+        for part in raw.split(","):
+            name, sep, url = part.strip().partition("=")
+            if not sep:
+                raise ValueError(f"expected name=url pairs separated by commas, got {part!r}")
+            entries.append({"name": name.strip(), "url": url.strip()})
+    elif isinstance(raw, list):
+        entries = raw
+    else:
+        raise ValueError(f"expected a list of targets, got {raw!r}")
+    seen: set[str] = set()
+    out = []
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping):
+            raise ValueError(f"target #{i + 1}: expected a mapping with name and url")
+        unknown = set(entry) - {"name", "url", "interval_s", "timeout_s", "kind", "deployment"}
+        if unknown:
+            raise ValueError(f"target #{i + 1}: unknown field(s) {', '.join(sorted(unknown))}")
+        name = str(entry.get("name") or "").strip()
+        url = str(entry.get("url") or "").strip()
+        if not name or not url:
+            raise ValueError(f"target #{i + 1}: name and url are required")
+        if name in seen:
+            raise ValueError(f"target name {name!r} is used twice")
+        seen.add(name)
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"target {name!r}: url must start with http:// or https://")
+        interval = _float_range(1, 86400)(entry.get("interval_s", 15))
+        timeout = _float_range(0.1, 300)(entry.get("timeout_s", min(10.0, interval)))
+        if timeout > interval:
+            raise ValueError(f"target {name!r}: timeout_s ({timeout:g}) exceeds interval_s")
+        kind = str(entry.get("kind") or _guess_kind(name, url))
+        if kind not in _TARGET_KINDS:
+            raise ValueError(f"target {name!r}: kind must be one of {', '.join(_TARGET_KINDS)}")
+        deployment = entry.get("deployment")
+        out.append(
+            ScrapeTarget(name, url, interval, timeout, kind, str(deployment) if deployment else None)
+        )
+    return tuple(out)
+
+
+def _guess_kind(name: str, url: str) -> str:
+    text = f"{name} {url}".lower()
+    if "dcgm" in text or ":9400" in text:
+        return "dcgm"
+    if "vllm" in text or ":8000" in text:
+        return "vllm"
+    return "prometheus"
+
+
+@dataclass(frozen=True)
+class Setting:
+    name: str
+    default: Any
+    help: str
+    parse: Callable[[Any], Any]
+    cli_flag: str | None = None  # e.g. "--db"; settings without a flag are set by file or env
+    metavar: str = "VALUE"
+
+    @property
+    def env_var(self) -> str:
+        return ENV_PREFIX + self.name.upper().replace(".", "_")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("db", "inferledger.duckdb", "Path of the DuckDB database file.", _path, "--db", "PATH"),
+    Setting("host", "127.0.0.1", "Address the HTTP server listens on.", _host, "--host", "HOST"),
+    Setting(
+        "port", 8050, "Port of the one HTTP listener (UI, ingest, health, metrics).",
+        _int_range(1, 65535), "--port", "N",
+    ),
+    Setting(
+        "otlp_port", 0,
+        "Optional second listener for the OTLP default port (4318); 0 disables it.",
+        _int_range(0, 65535), "--otlp-port", "N",
+    ),
+    Setting(
+        "threads", 8, "Worker threads of the HTTP server.", _int_range(1, 256), "--threads", "N"
+    ),
+    Setting(
+        "ingest.keys", (),
+        "Ingest keys accepted by /v1/traces (Authorization: Bearer KEY or X-InferLedger-Key). "
+        "Empty: no key is required. A list in YAML, comma-separated in env.",
+        _key_list,
+    ),
+    Setting(
+        "ingest.max_body_bytes", 64 * 1024 * 1024,
+        "Largest accepted request body, measured after decompression; larger gets 413.",
+        _int_range(1024, 2**34),
+    ),
+    Setting(
+        "ingest.queue_max_spans", 500_000,
+        "Spans waiting for the writer at most; beyond that /v1/traces answers 503 + Retry-After.",
+        _int_range(1000, 100_000_000),
+    ),
+    Setting(
+        "ingest.retry_after_s", 1, "Retry-After seconds sent with a 503.", _int_range(1, 3600)
+    ),
+    Setting(
+        "storage.read_timeout_s", 30.0,
+        "Time limit of every read query; a slower query is interrupted.",
+        _float_range(0.1, 3600),
+    ),
+    Setting(
+        "storage.memory_limit", "2GB", "DuckDB memory_limit for the whole process.", _text
+    ),
+    Setting(
+        "storage.threads", 2, "DuckDB worker threads.", _int_range(1, 256),
+    ),
+    Setting(
+        "scrape.targets", (),
+        "Prometheus-text endpoints to scrape: a YAML list of {name, url, interval_s, timeout_s, "
+        "kind, deployment}; in env, name=url pairs separated by commas. kind is vllm, dcgm or "
+        "prometheus (guessed from name/url when absent).",
+        _targets,
+    ),
+    Setting(
+        "scrape.max_bytes", 16 * 1024 * 1024,
+        "Largest scrape response accepted; a bigger one is recorded as a failed scrape.",
+        _int_range(1024, 2**31),
+    ),
+    Setting(
+        "log_level", "info", "Log level: debug, info, warning or error.",
+        _choice("debug", "info", "warning", "error"), "--log-level", "LEVEL",
+    ),
+)
+
+_BY_NAME = {s.name: s for s in SETTINGS}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated settings; read with ``settings["name"]`` or ``settings.get("name")``."""
+
+    values: Mapping[str, Any]
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def get(self, name: str) -> Any:
+        return self.values[name]
+
+    def replace(self, **overrides: Any) -> Settings:
+        """A copy with some values replaced (keys use underscores for dots: ingest__keys)."""
+        merged = dict(self.values)
+        for key, raw in overrides.items():
+            name = key.replace("__", ".")
+            merged[name] = _validate(_lookup(name), raw, "override")
+        return Settings(MappingProxyType(merged), self.sources)
+
+
+def _lookup(name: str) -> Setting:
+    try:
+        return _BY_NAME[name]
+    except KeyError:
+        raise SettingsError(f"unknown setting {name!r}") from None
+
+
+def _validate(setting: Setting, raw: Any, source: str) -> Any:
+    try:
+        return setting.parse(raw)
+    except ValueError as exc:
+        raise SettingsError(f"setting {setting.name!r} (from {source}): {exc}") from None
+
+
+def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """YAML may nest (ingest: {keys: [...]}) or use dotted names; both mean the same."""
+    flat: dict[str, Any] = {}
+    for key, value in doc.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and name not in _BY_NAME:
+            flat.update(_flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def load_config_file(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"config file {str(p)!r}: {exc.strerror or exc}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise SettingsError(f"config file {str(p)!r} is not valid YAML{where}") from None
+    if doc is None:
+        return {}
+    if not isinstance(doc, Mapping):
+        raise SettingsError(f"config file {str(p)!r} must hold a mapping of settings")
+    flat = _flatten(doc)
+    for name in flat:
+        if name not in _BY_NAME:
+            raise SettingsError(f"config file {str(p)!r}: unknown setting {name!r}")
+    return flat
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    cli: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Merge default < file < env < CLI, validating each value where it came from."""
+    env = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    file_values = load_config_file(config_file) if config_file else {}
+    for setting in SETTINGS:
+        value = setting.parse(setting.default)
+        source = "default"
+        if setting.name in file_values:
+            source = f"config file {config_file}"
+            value = _validate(setting, file_values[setting.name], source)
+        if setting.env_var in env:
+            source = f"environment variable {setting.env_var}"
+            value = _validate(setting, env[setting.env_var], source)
+        if cli and cli.get(setting.name) is not None:
+            source = f"flag {setting.cli_flag}"
+            value = _validate(setting, cli[setting.name], source)
+        values[setting.name] = value
+        sources[setting.name] = source
+    for name in env:
+        if name.startswith(ENV_PREFIX) and name not in {s.env_var for s in SETTINGS}:
+            if name in {"INFERLEDGER_CONFIG"}:
+                continue
+            raise SettingsError(f"unknown environment variable {name} (no such setting)")
+    return Settings(MappingProxyType(values), MappingProxyType(sources))
+
+
+def settings_markdown() -> str:
+    """docs/configuration.md's settings table, generated from the registry."""
+    lines = [
+        "| Setting | Environment variable | Flag | Default | Meaning |",
+        "|---|---|---|---|---|",
+    ]
+    for s in SETTINGS:
+        default = s.default if s.default not in ((), "") else "(empty)"
+        lines.append(
+            f"| `{s.name}` | `{s.env_var}` | {f'`{s.cli_flag}`' if s.cli_flag else '–'} "
+            f"| `{default}` | {s.help} |"
+        )
+    return "\n".join(lines) + "\n"

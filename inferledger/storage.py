@@ -1,0 +1,400 @@
+"""The storage gateway: the only module that opens DuckDB.
+
+DuckDB allows one read-write process per file, and inside that process one connection object
+must not be shared across threads. So (after datasette's ``Database``):
+
+- one root connection is opened here and never queried directly;
+- one writer thread owns a cursor and applies every write, fed by a bounded queue. Several
+  queued writes are applied in one transaction (group commit) and each caller's future resolves
+  only after COMMIT, so an acknowledgement means the rows are durable;
+- every reader thread gets its own cursor; every read carries a time limit enforced by a
+  watchdog that calls ``interrupt()`` (DuckDB has no statement timeout of its own);
+- the schema is created and migrated at open from ``sql/migrations/NNNN_*.sql``; a file whose
+  schema is newer than this code knows is refused.
+
+A write is a callable ``op(cursor) -> result``, run on the writer thread inside a transaction.
+It must not COMMIT or ROLLBACK itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import re
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import polars as pl
+import pyarrow as pa
+
+from inferledger.errors import QueryTimeoutError, QueueFullError, SchemaTooNewError, StorageError
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+WriteOp = Callable[[duckdb.DuckDBPyConnection], T]
+
+_MIGRATION_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+_GROUP_MAX_OPS = 64
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    sql: str
+
+
+def load_migrations() -> list[Migration]:
+    """The schema migrations shipped in sql/migrations, in version order."""
+    out = []
+    for entry in resources.files("sql").joinpath("migrations").iterdir():
+        m = _MIGRATION_RE.match(entry.name)
+        if m:
+            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
+    out.sort(key=lambda mig: mig.version)
+    versions = [mig.version for mig in out]
+    if versions != list(range(1, len(out) + 1)):
+        raise StorageError(f"sql/migrations must be numbered 1..N without gaps, got {versions}")
+    return out
+
+
+def load_view_sql() -> list[tuple[str, str]]:
+    """The views in sql/views as (name, sql); the file name (without .sql) is the view name."""
+    return [
+        (entry.name[: -len(".sql")], entry.read_text(encoding="utf-8"))
+        for entry in sorted(resources.files("sql").joinpath("views").iterdir(), key=lambda e: e.name)
+        if entry.name.endswith(".sql")
+    ]
+
+
+def _create_views(cur: duckdb.DuckDBPyConnection, views: list[tuple[str, str]]) -> None:
+    """Create views in dependency order: a view whose inputs do not exist yet is retried after
+    the others, so files need no numeric prefixes. Fails on the first view that never binds."""
+    pending = list(views)
+    while pending:
+        failed: list[tuple[str, str]] = []
+        last_error: Exception | None = None
+        for name, sql in pending:
+            try:
+                cur.execute(f"CREATE OR REPLACE VIEW {quote_ident(name)} AS {sql}")
+            except duckdb.CatalogException as exc:
+                failed.append((name, sql))
+                last_error = exc
+        if len(failed) == len(pending):
+            raise StorageError(f"view {failed[0][0]!r} in sql/views does not bind: {last_error}")
+        pending = failed
+
+
+def load_macro_sql() -> list[tuple[str, str]]:
+    """Table macros in sql/macros: each file is one full CREATE OR REPLACE MACRO statement."""
+    return [
+        (entry.name, entry.read_text(encoding="utf-8"))
+        for entry in sorted(
+            resources.files("sql").joinpath("macros").iterdir(), key=lambda e: e.name
+        )
+        if entry.name.endswith(".sql")
+    ]
+
+
+def quote_ident(name: str) -> str:
+    """Quote an SQL identifier (the one helper for identifiers; values are always bound)."""
+    return '"' + name.replace('"', '""') + '"'
+
+
+class _Job:
+    __slots__ = ("future", "op", "units")
+
+    def __init__(self, op: WriteOp[Any], units: int) -> None:
+        self.op = op
+        self.units = units
+        self.future: Future[Any] = Future()
+
+
+_STOP = object()
+
+
+class Storage:
+    """Owns the DuckDB file: migrations, the single writer, per-thread readers."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        read_timeout_s: float = 30.0,
+        queue_max_units: int = 500_000,
+        memory_limit: str = "2GB",
+        threads: int = 2,
+        on_commit: Callable[[int, float], None] | None = None,
+    ) -> None:
+        self.path = str(path)
+        self.read_timeout_s = read_timeout_s
+        self.queue_max_units = queue_max_units
+        self._memory_limit = memory_limit
+        self._threads = threads
+        self._on_commit = on_commit
+        self._root: duckdb.DuckDBPyConnection | None = None
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._pending_units = 0
+        self._pending_lock = threading.Lock()
+        self._local = threading.local()
+        self._cursor_lock = threading.Lock()
+        self._writer: threading.Thread | None = None
+        self._closed = threading.Event()
+        self.schema_version = 0
+
+    # ---------------------------------------------------------------- lifecycle
+    def open(self) -> Storage:
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self._root = duckdb.connect(
+                self.path,
+                config={"memory_limit": self._memory_limit, "threads": self._threads},
+            )
+        except duckdb.Error as exc:
+            raise StorageError(f"cannot open database {self.path!r}: {exc}") from None
+        writer = self._root.cursor()
+        try:
+            self._migrate(writer)
+        except BaseException:
+            writer.close()
+            self._root.close()
+            self._root = None
+            raise
+        self._writer = threading.Thread(
+            target=self._write_loop, args=(writer,), name="storage-writer", daemon=True
+        )
+        self._writer.start()
+        return self
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Finish every queued write, checkpoint, close. Safe to call twice."""
+        if self._root is None or self._closed.is_set():
+            return
+        self._closed.set()
+        self._queue.put(_STOP)
+        if self._writer is not None:
+            self._writer.join(timeout_s)
+        try:
+            self._root.execute("CHECKPOINT")
+        except duckdb.Error as exc:  # closing anyway; the WAL replays on next open
+            log.warning("checkpoint at close failed: %s", exc)
+        self._root.close()
+        self._root = None
+
+    def __enter__(self) -> Storage:
+        return self.open()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---------------------------------------------------------------- schema
+    def _migrate(self, cur: duckdb.DuckDBPyConnection) -> None:
+        migrations = load_migrations()
+        latest = migrations[-1].version if migrations else 0
+        cur.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations ("
+            " version INTEGER PRIMARY KEY, name VARCHAR NOT NULL,"
+            " applied_at TIMESTAMPTZ NOT NULL DEFAULT current_timestamp)"
+        )
+        row = cur.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchone()
+        current = int(row[0]) if row else 0
+        if current > latest:
+            raise SchemaTooNewError(
+                f"database {self.path!r} has schema version {current}, newer than this "
+                f"InferLedger supports ({latest}); upgrade InferLedger or use another --db"
+            )
+        for mig in migrations:
+            if mig.version <= current:
+                continue
+            log.info("migrating %s to schema version %d (%s)", self.path, mig.version, mig.name)
+            cur.execute("BEGIN")
+            try:
+                cur.execute(mig.sql)
+                cur.execute(
+                    "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                    [mig.version, mig.name],
+                )
+                cur.execute("COMMIT")
+            except duckdb.Error as exc:
+                cur.execute("ROLLBACK")
+                raise StorageError(f"migration {mig.version} ({mig.name}) failed: {exc}") from None
+        # Views and macros are code, not data: recreated at every start so they always match
+        # this version. Each statement commits on its own (a failed statement would abort an
+        # enclosing transaction, and view creation retries out-of-order files).
+        for name, sql in load_macro_sql():
+            try:
+                cur.execute(sql)
+            except duckdb.Error as exc:
+                raise StorageError(f"sql/macros/{name} failed: {exc}") from None
+        _create_views(cur, load_view_sql())
+        self.schema_version = latest
+
+    # ---------------------------------------------------------------- writes
+    @property
+    def queue_depth(self) -> int:
+        """Units (e.g. spans) accepted but not yet committed."""
+        return self._pending_units
+
+    def submit(self, op: WriteOp[T], units: int = 1) -> Future[T]:
+        """Queue a write; raises QueueFullError at once when the queue has no room."""
+        if self._root is None or self._closed.is_set():
+            raise StorageError("storage is closed")
+        with self._pending_lock:
+            # An op larger than the whole queue is still admitted when the queue is empty,
+            # otherwise it could never run; memory stays bounded by max_body_bytes then.
+            if self._pending_units and self._pending_units + units > self.queue_max_units:
+                raise QueueFullError(
+                    f"write queue is full ({self._pending_units} of {self.queue_max_units} "
+                    "units pending)"
+                )
+            self._pending_units += units
+        job = _Job(op, units)
+        self._queue.put(job)
+        return job.future
+
+    def write(self, op: WriteOp[T], units: int = 1, timeout_s: float | None = None) -> T:
+        """Queue a write and wait until it is committed; returns the op's result."""
+        return self.submit(op, units).result(timeout_s)
+
+    def execute_write(self, sql: str, params: Sequence[Any] | None = None) -> None:
+        """Convenience: one parameterised statement as a write."""
+        self.write(lambda cur: cur.execute(sql, params or []))
+
+    def _write_loop(self, cur: duckdb.DuckDBPyConnection) -> None:
+        stopping = False
+        while not stopping:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            batch = [first]
+            while len(batch) < _GROUP_MAX_OPS:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stopping = True
+                    break
+                batch.append(nxt)
+            self._apply(cur, batch)
+        # Drain whatever arrived after STOP was queued (submit refuses once closed).
+        rest = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                rest.append(item)
+        if rest:
+            self._apply(cur, rest)
+        cur.close()
+
+    def _apply(self, cur: duckdb.DuckDBPyConnection, batch: list[_Job]) -> None:
+        started = time.perf_counter()
+        try:
+            cur.execute("BEGIN")
+            results = [job.op(cur) for job in batch]
+            cur.execute("COMMIT")
+        except Exception as exc:
+            # One bad op must not fail its neighbours: roll back, then apply one by one.
+            try:
+                cur.execute("ROLLBACK")
+            except duckdb.Error:
+                pass  # the failed statement may already have ended the transaction
+            if len(batch) > 1:
+                for job in batch:
+                    self._apply(cur, [job])
+            else:
+                self._release(batch[0].units)
+                batch[0].future.set_exception(exc)
+            return
+        units = 0
+        for job, result in zip(batch, results, strict=True):
+            units += job.units
+            self._release(job.units)
+            job.future.set_result(result)
+        if self._on_commit is not None:
+            self._on_commit(units, time.perf_counter() - started)
+
+    def _release(self, units: int) -> None:
+        with self._pending_lock:
+            self._pending_units -= units
+
+    # ---------------------------------------------------------------- reads
+    def _cursor(self) -> duckdb.DuckDBPyConnection:
+        cur = getattr(self._local, "cursor", None)
+        if cur is None:
+            if self._root is None:
+                raise StorageError("storage is closed")
+            with self._cursor_lock:
+                cur = self._root.cursor()
+            self._local.cursor = cur
+        return cur
+
+    def _run_read(
+        self,
+        fetch: Callable[[duckdb.DuckDBPyConnection], T],
+        timeout_s: float | None,
+    ) -> T:
+        cur = self._cursor()
+        limit = self.read_timeout_s if timeout_s is None else timeout_s
+        timer = threading.Timer(limit, cur.interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            return fetch(cur)
+        except duckdb.InterruptException:
+            raise QueryTimeoutError(f"query took longer than {limit:g} s and was stopped") from None
+        finally:
+            timer.cancel()
+
+    def query_arrow(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
+        *, timeout_s: float | None = None,
+    ) -> pa.Table:
+        def fetch(cur: duckdb.DuckDBPyConnection) -> pa.Table:
+            return cur.execute(sql, params or []).to_arrow_table()
+
+        return self._run_read(fetch, timeout_s)
+
+    def query(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
+        *, timeout_s: float | None = None,
+    ) -> pl.DataFrame:
+        return pl.from_arrow(self.query_arrow(sql, params, timeout_s=timeout_s))  # type: ignore[return-value]
+
+    def fetchall(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
+        *, timeout_s: float | None = None,
+    ) -> list[tuple[Any, ...]]:
+        return self._run_read(lambda cur: cur.execute(sql, params or []).fetchall(), timeout_s)
+
+    def scalar(
+        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
+        *, timeout_s: float | None = None,
+    ) -> Any:
+        rows = self.fetchall(sql, params, timeout_s=timeout_s)
+        return rows[0][0] if rows else None
+
+    def size_bytes(self) -> int:
+        """Bytes of the database file plus its WAL (0 for an in-memory database)."""
+        if self.path == ":memory:":
+            return 0
+        total = 0
+        for p in (self.path, self.path + ".wal"):
+            try:
+                total += os.path.getsize(p)
+            except OSError:
+                pass
+        return total

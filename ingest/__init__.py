@@ -1,0 +1,1 @@
+"""Ingest: turns OTLP traces and Prometheus text into rows."""

@@ -1,0 +1,1 @@
+"""Logic SQL does not express well: allocation, economics, the serving simulator, planning."""

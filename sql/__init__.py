@@ -1,0 +1,1 @@
+"""SQL shipped with InferLedger: migrations, views, macros, ingest statements."""
