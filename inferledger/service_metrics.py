@@ -75,7 +75,9 @@ class ServiceMetrics:
             registry=r,
         )
         self.target_up = Gauge(
-            "inferledger_scrape_target_up", "1 if the last scrape succeeded.", ["target"],
+            "inferledger_scrape_target_up",
+            "1 if the last scrape succeeded.",
+            ["target"],
             registry=r,
         )
         self.db_size_bytes = Gauge(

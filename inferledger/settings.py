@@ -164,7 +164,9 @@ def _targets(raw: Any) -> tuple[ScrapeTarget, ...]:
             raise ValueError(f"target {name!r}: kind must be one of {', '.join(_TARGET_KINDS)}")
         deployment = entry.get("deployment")
         out.append(
-            ScrapeTarget(name, url, interval, timeout, kind, str(deployment) if deployment else None)
+            ScrapeTarget(
+                name, url, interval, timeout, kind, str(deployment) if deployment else None
+            )
         )
     return tuple(out)
 
@@ -196,62 +198,78 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("db", "inferledger.duckdb", "Path of the DuckDB database file.", _path, "--db", "PATH"),
     Setting("host", "127.0.0.1", "Address the HTTP server listens on.", _host, "--host", "HOST"),
     Setting(
-        "port", 8050, "Port of the one HTTP listener (UI, ingest, health, metrics).",
-        _int_range(1, 65535), "--port", "N",
+        "port",
+        8050,
+        "Port of the one HTTP listener (UI, ingest, health, metrics).",
+        _int_range(1, 65535),
+        "--port",
+        "N",
     ),
     Setting(
-        "otlp_port", 0,
+        "otlp_port",
+        0,
         "Optional second listener for the OTLP default port (4318); 0 disables it.",
-        _int_range(0, 65535), "--otlp-port", "N",
+        _int_range(0, 65535),
+        "--otlp-port",
+        "N",
     ),
     Setting(
         "threads", 8, "Worker threads of the HTTP server.", _int_range(1, 256), "--threads", "N"
     ),
     Setting(
-        "ingest.keys", (),
+        "ingest.keys",
+        (),
         "Ingest keys accepted by /v1/traces (Authorization: Bearer KEY or X-InferLedger-Key). "
         "Empty: no key is required. A list in YAML, comma-separated in env.",
         _key_list,
     ),
     Setting(
-        "ingest.max_body_bytes", 64 * 1024 * 1024,
+        "ingest.max_body_bytes",
+        64 * 1024 * 1024,
         "Largest accepted request body, measured after decompression; larger gets 413.",
         _int_range(1024, 2**34),
     ),
     Setting(
-        "ingest.queue_max_spans", 500_000,
+        "ingest.queue_max_spans",
+        500_000,
         "Spans waiting for the writer at most; beyond that /v1/traces answers 503 + Retry-After.",
         _int_range(1000, 100_000_000),
     ),
+    Setting("ingest.retry_after_s", 1, "Retry-After seconds sent with a 503.", _int_range(1, 3600)),
     Setting(
-        "ingest.retry_after_s", 1, "Retry-After seconds sent with a 503.", _int_range(1, 3600)
-    ),
-    Setting(
-        "storage.read_timeout_s", 30.0,
+        "storage.read_timeout_s",
+        30.0,
         "Time limit of every read query; a slower query is interrupted.",
         _float_range(0.1, 3600),
     ),
+    Setting("storage.memory_limit", "2GB", "DuckDB memory_limit for the whole process.", _text),
     Setting(
-        "storage.memory_limit", "2GB", "DuckDB memory_limit for the whole process.", _text
+        "storage.threads",
+        2,
+        "DuckDB worker threads.",
+        _int_range(1, 256),
     ),
     Setting(
-        "storage.threads", 2, "DuckDB worker threads.", _int_range(1, 256),
-    ),
-    Setting(
-        "scrape.targets", (),
+        "scrape.targets",
+        (),
         "Prometheus-text endpoints to scrape: a YAML list of {name, url, interval_s, timeout_s, "
         "kind, deployment}; in env, name=url pairs separated by commas. kind is vllm, dcgm or "
         "prometheus (guessed from name/url when absent).",
         _targets,
     ),
     Setting(
-        "scrape.max_bytes", 16 * 1024 * 1024,
+        "scrape.max_bytes",
+        16 * 1024 * 1024,
         "Largest scrape response accepted; a bigger one is recorded as a failed scrape.",
         _int_range(1024, 2**31),
     ),
     Setting(
-        "log_level", "info", "Log level: debug, info, warning or error.",
-        _choice("debug", "info", "warning", "error"), "--log-level", "LEVEL",
+        "log_level",
+        "info",
+        "Log level: debug, info, warning or error.",
+        _choice("debug", "info", "warning", "error"),
+        "--log-level",
+        "LEVEL",
     ),
 )
 

@@ -69,11 +69,7 @@ def load_migrations() -> list[Migration]:
 
 def load_view_sql() -> list[tuple[str, str]]:
     """The views in sql/views as (name, sql); the file name (without .sql) is the view name."""
-    return [
-        (entry.name[: -len(".sql")], entry.read_text(encoding="utf-8"))
-        for entry in sorted(resources.files("sql").joinpath("views").iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".sql")
-    ]
+    return [(name[: -len(".sql")], sql) for name, sql in _sql_files("views")]
 
 
 def _create_views(cur: duckdb.DuckDBPyConnection, views: list[tuple[str, str]]) -> None:
@@ -96,11 +92,17 @@ def _create_views(cur: duckdb.DuckDBPyConnection, views: list[tuple[str, str]]) 
 
 def load_macro_sql() -> list[tuple[str, str]]:
     """Table macros in sql/macros: each file is one full CREATE OR REPLACE MACRO statement."""
+    return _sql_files("macros")
+
+
+def _sql_files(folder: str) -> list[tuple[str, str]]:
+    """(file name, text) of every .sql file in sql/<folder>, sorted by name."""
+    root = resources.files("sql").joinpath(folder)
+    if not root.is_dir():
+        return []
     return [
         (entry.name, entry.read_text(encoding="utf-8"))
-        for entry in sorted(
-            resources.files("sql").joinpath("macros").iterdir(), key=lambda e: e.name
-        )
+        for entry in sorted(root.iterdir(), key=lambda e: e.name)
         if entry.name.endswith(".sql")
     ]
 
@@ -360,8 +362,11 @@ class Storage:
             timer.cancel()
 
     def query_arrow(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
-        *, timeout_s: float | None = None,
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> pa.Table:
         def fetch(cur: duckdb.DuckDBPyConnection) -> pa.Table:
             return cur.execute(sql, params or []).to_arrow_table()
@@ -369,20 +374,29 @@ class Storage:
         return self._run_read(fetch, timeout_s)
 
     def query(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
-        *, timeout_s: float | None = None,
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> pl.DataFrame:
         return pl.from_arrow(self.query_arrow(sql, params, timeout_s=timeout_s))  # type: ignore[return-value]
 
     def fetchall(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
-        *, timeout_s: float | None = None,
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> list[tuple[Any, ...]]:
         return self._run_read(lambda cur: cur.execute(sql, params or []).fetchall(), timeout_s)
 
     def scalar(
-        self, sql: str, params: Sequence[Any] | dict[str, Any] | None = None,
-        *, timeout_s: float | None = None,
+        self,
+        sql: str,
+        params: Sequence[Any] | dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> Any:
         rows = self.fetchall(sql, params, timeout_s=timeout_s)
         return rows[0][0] if rows else None
