@@ -134,13 +134,15 @@ def _targets(raw: Any) -> tuple[ScrapeTarget, ...]:
             if not sep:
                 raise ValueError(f"expected name=url pairs separated by commas, got {part!r}")
             entries.append({"name": name.strip(), "url": url.strip()})
-    elif isinstance(raw, list):
-        entries = raw
+    elif isinstance(raw, list | tuple):
+        entries = list(raw)
     else:
         raise ValueError(f"expected a list of targets, got {raw!r}")
     seen: set[str] = set()
     out = []
     for i, entry in enumerate(entries):
+        if isinstance(entry, ScrapeTarget):
+            entry = {f: getattr(entry, f) for f in ScrapeTarget.__dataclass_fields__}
         if not isinstance(entry, Mapping):
             raise ValueError(f"target #{i + 1}: expected a mapping with name and url")
         unknown = set(entry) - {"name", "url", "interval_s", "timeout_s", "kind", "deployment"}

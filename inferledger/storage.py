@@ -18,6 +18,7 @@ It must not COMMIT or ROLLBACK itself.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -310,10 +311,9 @@ class Storage:
             cur.execute("COMMIT")
         except Exception as exc:
             # One bad op must not fail its neighbours: roll back, then apply one by one.
-            try:
+            # The failed statement may already have ended the transaction.
+            with contextlib.suppress(duckdb.Error):
                 cur.execute("ROLLBACK")
-            except duckdb.Error:
-                pass  # the failed statement may already have ended the transaction
             if len(batch) > 1:
                 for job in batch:
                     self._apply(cur, [job])
@@ -369,7 +369,10 @@ class Storage:
         timeout_s: float | None = None,
     ) -> pa.Table:
         def fetch(cur: duckdb.DuckDBPyConnection) -> pa.Table:
-            return cur.execute(sql, params or []).to_arrow_table()
+            rel = cur.sql(sql, params=params) if params else cur.sql(sql)
+            if rel is None:
+                raise StorageError("query_arrow needs a statement that returns rows")
+            return rel.to_arrow_table()
 
         return self._run_read(fetch, timeout_s)
 
@@ -407,8 +410,6 @@ class Storage:
             return 0
         total = 0
         for p in (self.path, self.path + ".wal"):
-            try:
+            with contextlib.suppress(OSError):
                 total += os.path.getsize(p)
-            except OSError:
-                pass
         return total

@@ -1,0 +1,59 @@
+"""Builds the Dash app (the UI half of `inferledger serve`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dash
+from dash import dcc, html
+
+from app.context import EXTENSION_KEY, AppContext
+from inferledger import __version__
+from inferledger.settings import Settings
+from inferledger.storage import Storage
+
+_HERE = Path(__file__).resolve().parent
+ASSETS = _HERE.parent / "assets"
+
+
+def reset_dash_registries() -> None:
+    """Dash keeps pages and callbacks in module globals; start every app from a clean slate."""
+    dash.page_registry.clear()
+    dash._callback.GLOBAL_CALLBACK_LIST.clear()
+    dash._callback.GLOBAL_CALLBACK_MAP.clear()
+
+
+def create_app(settings: Settings, storage: Storage) -> dash.Dash:
+    reset_dash_registries()
+    app = dash.Dash(
+        __name__,
+        use_pages=True,
+        pages_folder=str(_HERE / "pages"),
+        assets_folder=str(ASSETS),
+        title="InferLedger",
+        update_title=None,
+        suppress_callback_exceptions=False,
+    )
+    app.server.extensions[EXTENSION_KEY] = AppContext(storage=storage, settings=settings)
+    app.layout = html.Div(
+        [
+            html.Header(
+                [
+                    html.A("InferLedger", href="/", className="brand"),
+                    html.Nav(
+                        [
+                            dcc.Link(page["name"], href=page["relative_path"], className="nav-link")
+                            for page in dash.page_registry.values()
+                        ],
+                        className="nav",
+                        **{"aria-label": "Main"},
+                    ),
+                    html.Span(f"v{__version__}", className="version"),
+                ],
+                className="topbar",
+            ),
+            html.Main(dash.page_container, className="content"),
+        ],
+        className="shell",
+    )
+    return app

@@ -1,0 +1,242 @@
+"""`inferledger serve`: one process, one port — the Dash UI, the ingest endpoints, health,
+our own /metrics, and the scheduler — over the one storage gateway.
+
+Threads, never worker processes: DuckDB allows one read-write process per file, and the
+in-process scheduler must run once (../shared/reference/stack-notes.md, "Serving").
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import flask
+from apscheduler.schedulers.background import BackgroundScheduler
+from waitress import create_server
+from waitress.server import BaseWSGIServer
+
+from app.factory import create_app
+from inferledger.errors import StorageError
+from inferledger.service_metrics import ServiceMetrics
+from inferledger.settings import Settings
+from inferledger.storage import Storage
+from ingest.otlp_receiver import TraceReceiver
+
+log = logging.getLogger(__name__)
+
+_DRAIN_TIMEOUT_S = 15.0
+
+
+class Service:
+    """Everything `inferledger serve` runs, built from validated settings."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = ServiceMetrics()
+        self.storage = Storage(
+            settings["db"],
+            read_timeout_s=settings["storage.read_timeout_s"],
+            queue_max_units=settings["ingest.queue_max_spans"],
+            memory_limit=settings["storage.memory_limit"],
+            threads=settings["storage.threads"],
+            on_commit=lambda _units, seconds: self.metrics.write_commit_seconds.observe(seconds),
+        )
+        self.receiver = TraceReceiver(
+            self.storage,
+            self.metrics,
+            ingest_keys=settings["ingest.keys"],
+            max_body_bytes=settings["ingest.max_body_bytes"],
+            retry_after_s=settings["ingest.retry_after_s"],
+        )
+        # One worker per scrape target plus headroom, so a slow target never blocks another.
+        workers = max(4, len(settings["scrape.targets"]) + 2)
+        self.scheduler = BackgroundScheduler(
+            executors={"default": {"type": "threadpool", "max_workers": workers}},
+            job_defaults={"coalesce": True, "max_instances": 1},
+            timezone="UTC",
+        )
+        self.ready = threading.Event()
+        self._inflight = 0
+        self._inflight_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._started = False
+        self.dash_app: Any = None
+        self.listen_addresses: list[tuple[str, int]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+    def start(self) -> Service:
+        self.storage.open()
+        self.metrics.bind_gauges(lambda: self.storage.queue_depth, self.storage.size_bytes)
+        self.dash_app = create_app(self.settings, self.storage)
+        self._add_routes(self.dash_app.server)
+        self._schedule_jobs()
+        self.scheduler.start()
+        self._started = True
+        self.ready.set()
+        return self
+
+    def _schedule_jobs(self) -> None:
+        from ingest.scraper import Scraper
+
+        targets = self.settings["scrape.targets"]
+        if targets:
+            self.scraper = Scraper(self.storage, self.metrics, self.settings["scrape.max_bytes"])
+            self.scraper.schedule(self.scheduler, targets)
+
+    def stop(self) -> None:
+        """Stop the scheduler, finish queued writes, checkpoint, close. Idempotent."""
+        self.ready.clear()
+        if not self._started:
+            return
+        self._started = False
+        self.scheduler.shutdown(wait=True)
+        self.storage.close()
+
+    # ------------------------------------------------------------------ HTTP
+    def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
+        flask_app = self.dash_app.server
+
+        def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+            with self._inflight_lock:
+                self._inflight += 1
+            try:
+                # Materialise the body so the in-flight count covers writing it too.
+                return list(flask_app(environ, start_response))
+            finally:
+                with self._inflight_lock:
+                    self._inflight -= 1
+
+        return app
+
+    def _add_routes(self, server: flask.Flask) -> None:
+        receiver = self.receiver
+
+        def traces() -> flask.Response:
+            req = flask.request
+            resp = receiver.handle(req.method, req.headers, req.stream)
+            return flask.Response(
+                resp.body,
+                status=resp.status,
+                content_type=resp.content_type,
+                headers=dict(resp.headers),
+            )
+
+        def healthz() -> flask.Response:
+            return self._plain("/healthz", 200, "ok\n")
+
+        def readyz() -> flask.Response:
+            if self.ready.is_set():
+                return self._plain("/readyz", 200, "ready\n")
+            return self._plain("/readyz", 503, "not ready\n")
+
+        def metrics() -> flask.Response:
+            return flask.Response(
+                self.metrics.render(),
+                status=200,
+                content_type="text/plain; version=0.0.4; charset=utf-8",
+            )
+
+        server.add_url_rule(
+            "/v1/traces",
+            "otlp_traces",
+            traces,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        )
+        server.add_url_rule("/healthz", "healthz", healthz)
+        server.add_url_rule("/readyz", "readyz", readyz)
+        server.add_url_rule("/metrics", "service_metrics", metrics)
+
+    def _plain(self, endpoint: str, status: int, text: str) -> flask.Response:
+        self.metrics.http_requests.labels(endpoint, str(status)).inc()
+        return flask.Response(text, status=status, content_type="text/plain; charset=utf-8")
+
+    # ------------------------------------------------------------------ serving
+    def serve_forever(self, install_signal_handlers: bool = True) -> int:
+        """Serve until SIGTERM/SIGINT, then shut down cleanly; returns the exit code."""
+        host, port = self.settings["host"], self.settings["port"]
+        listen = [f"{host}:{port}"]
+        if self.settings["otlp_port"]:
+            listen.append(f"{host}:{self.settings['otlp_port']}")
+        server = create_server(
+            self.wsgi_app(),
+            listen=" ".join(listen),
+            threads=self.settings["threads"],
+            ident="inferledger",
+            # Bodies up to the ingest limit are buffered to a temporary file past 1 MiB.
+            max_request_body_size=self.settings["ingest.max_body_bytes"] + 1,
+            inbuf_overflow=1 << 20,
+            channel_timeout=120,
+            clear_untrusted_proxy_headers=True,
+        )
+        dispatchers = [d for d in server.map.values() if isinstance(d, BaseWSGIServer)]
+        self.listen_addresses = [
+            (str(d.effective_host), int(d.effective_port)) for d in dispatchers
+        ]
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self._stop.set())
+        loop = threading.Thread(target=server.run, name="http-loop", daemon=True)
+        loop.start()
+        for h, p in self.listen_addresses:
+            log.info("InferLedger listening on http://%s:%d", h, p)
+        print(
+            "InferLedger serving on "
+            + ", ".join(f"http://{h}:{p}" for h, p in self.listen_addresses)
+            + f" (database {self.settings['db']})",
+            flush=True,
+        )
+        try:
+            while not self._stop.wait(0.5):
+                if not loop.is_alive():
+                    log.error("HTTP loop stopped unexpectedly")
+                    break
+        finally:
+            self._shutdown_http(server, dispatchers, loop)
+            self.stop()
+        log.info("InferLedger stopped cleanly")
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def _shutdown_http(self, server: Any, dispatchers: list[Any], loop: threading.Thread) -> None:
+        """Stop accepting, let in-flight requests finish, then end the loop."""
+        self.ready.clear()
+        trigger = dispatchers[0].trigger if dispatchers else None
+        if trigger is not None:
+            # Close listeners from inside the loop thread (asyncore is not thread-safe).
+            trigger.pull_trigger(lambda: [d.close() for d in dispatchers])
+        deadline = time.monotonic() + _DRAIN_TIMEOUT_S
+        while self._inflight and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if self._inflight:
+            log.warning("%d request(s) still running at shutdown", self._inflight)
+        time.sleep(0.05)  # let the loop flush the last responses
+        from waitress import wasyncore
+
+        if trigger is not None and loop.is_alive():
+            trigger.pull_trigger(lambda: wasyncore.close_all(server.map))
+            loop.join(5)
+        if loop.is_alive():
+            wasyncore.close_all(server.map)
+            loop.join(5)
+        if hasattr(server, "task_dispatcher"):
+            server.task_dispatcher.shutdown(timeout=5)
+
+
+def serve(settings: Settings) -> int:
+    logging.basicConfig(
+        level=settings["log_level"].upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    service = Service(settings)
+    try:
+        service.start()
+    except StorageError:
+        service.stop()
+        raise
+    return service.serve_forever()

@@ -1,0 +1,232 @@
+"""Shared fixtures: real DuckDB files in temporary folders and real `inferledger serve`
+processes on loopback. Nothing of ours is mocked."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+from inferledger.storage import Storage
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[Storage]:
+    st = Storage(tmp_path / "test.duckdb", read_timeout_s=10).open()
+    try:
+        yield st
+    finally:
+        st.close()
+
+
+@dataclass
+class ServerProcess:
+    """A real `inferledger serve` child process."""
+
+    db: Path
+    port: int
+    env: dict[str, str]
+    args: list[str] = field(default_factory=list)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> ServerProcess:
+        assert self.log_path is not None
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "inferledger.cli",
+                "serve",
+                "--db",
+                str(self.db),
+                "--port",
+                str(self.port),
+                *self.args,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=ROOT,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                if requests.get(self.url + "/readyz", timeout=1).status_code == 200:
+                    return self
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"server not ready after {timeout_s}s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path else ""
+
+    def terminate(self, timeout_s: float = 30.0) -> int:
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+                raise AssertionError(f"server ignored SIGTERM:\n{self.log()}") from None
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+
+
+@pytest.fixture
+def server_factory(tmp_path: Path) -> Iterator:
+    """Make (and always clean up) server processes: factory(db=None, env=None, args=())."""
+    made: list[ServerProcess] = []
+
+    def make(
+        db: Path | None = None,
+        env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        start: bool = True,
+    ) -> ServerProcess:
+        child_env = {k: v for k, v in os.environ.items() if not k.startswith("INFERLEDGER_")}
+        child_env.update(env or {})
+        srv = ServerProcess(
+            db=db or tmp_path / "serve.duckdb",
+            port=free_port(),
+            env=child_env,
+            args=list(args),
+            log_path=tmp_path / f"server-{len(made)}.log",
+        )
+        made.append(srv)
+        return srv.start() if start else srv
+
+    yield make
+    for srv in made:
+        if srv.proc is not None and srv.proc.poll() is None:
+            srv.proc.kill()
+            srv.proc.wait()
+
+
+@pytest.fixture
+def server(server_factory) -> ServerProcess:
+    return server_factory()
+
+
+@dataclass
+class LiveService:
+    """An in-process `Service` answering real HTTP on loopback; its storage is inspectable."""
+
+    service: object
+    thread: object
+    url: str
+
+    @property
+    def storage(self) -> Storage:
+        return self.service.storage  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def live_factory(tmp_path: Path) -> Iterator:
+    import threading
+
+    from inferledger.server import Service
+    from inferledger.settings import load_settings
+
+    made: list[LiveService] = []
+
+    def make(**overrides: object) -> LiveService:
+        port = free_port()
+        settings = load_settings(env={}).replace(
+            db=str(tmp_path / f"live-{len(made)}.duckdb"), port=port, **overrides
+        )
+        svc = Service(settings).start()
+        thread = threading.Thread(
+            target=svc.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
+        )
+        thread.start()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        live = LiveService(svc, thread, url)
+        made.append(live)
+        return live
+
+    yield make
+    for live in made:
+        live.service.request_stop()  # type: ignore[attr-defined]
+        live.thread.join(30)  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def live(live_factory) -> LiveService:
+    return live_factory()
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@pytest.fixture(scope="session")
+def browser():
+    """Debian's headless Chromium driven by Playwright (no browser download)."""
+    from playwright.sync_api import sync_playwright
+
+    if not Path(CHROMIUM).exists():
+        pytest.fail("Chromium is missing: scripts/setup --test installs it (apt-get chromium)")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser):
+    """A fresh page that records console errors; the test fails if any were logged."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    pg = context.new_page()
+    errors: list[str] = []
+    pg.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+    pg.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield pg
+    context.close()
+    assert errors == [], f"browser console errors: {errors}"
