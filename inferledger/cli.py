@@ -44,6 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     settings.add_argument(
         "--markdown", action="store_true", help="print the settings table of the docs"
     )
+    steptime = sub.add_parser(
+        "steptime", help="predict one engine step's time for a model, GPU and batch"
+    )
+    steptime.add_argument("--model", required=True, help="e.g. llama-3.1-8b, llama-3.1-70b")
+    steptime.add_argument("--gpu", required=True, help="A100-80GB, H100, H200, L40S or B200")
+    steptime.add_argument("--dtype", default="bf16", help="weights: bf16 or fp8 [bf16]")
+    steptime.add_argument("--kv-cache-dtype", default=None, help="bf16 or fp8 [bf16]")
+    steptime.add_argument("--tensor-parallel-size", "--tp", type=int, default=1, dest="tp")
+    steptime.add_argument("--batch", type=int, required=True, help="decode sequences")
+    steptime.add_argument("--context", type=int, required=True, help="tokens in each one's KV")
+    steptime.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens this step")
+
+    calibrate = sub.add_parser(
+        "calibrate", help="refit the step-time model to operator timings (CSV)"
+    )
+    calibrate.add_argument("ops_csv", metavar="OPS.csv", help="format of h200-llama-ops.csv")
+    calibrate.add_argument("--gpu", default="h200", help="GPU the timings were measured on")
+    calibrate.add_argument("--output", "-o", default=None, help="write coefficients JSON here")
     return parser
 
 
@@ -70,6 +88,27 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(
                     f"{setting.name} = {loaded[setting.name]!r}  ({loaded.sources[setting.name]})"
                 )
+            return 0
+        if args.command == "steptime":
+            from models.steptime import steptime_command  # noqa: PLC0415
+
+            print(
+                steptime_command(
+                    args.model,
+                    args.gpu,
+                    args.dtype,
+                    args.batch,
+                    args.context,
+                    prefill_tokens=args.prefill_tokens,
+                    tp=args.tp,
+                    kv_dtype=args.kv_cache_dtype,
+                )
+            )
+            return 0
+        if args.command == "calibrate":
+            from models.calibration import calibrate_command  # noqa: PLC0415
+
+            print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
             return 0
     except SettingsError as exc:
         print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
