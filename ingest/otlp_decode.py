@@ -1,0 +1,467 @@
+"""OTLP trace decoding: a serialized ExportTraceServiceRequest becomes three pyarrow tables.
+
+Two decoders produce identical tables (tests/test_otlp_decode.py checks it differentially):
+
+- the C extension ``ingest._otlp_fast`` walks the protobuf wire format and fills Arrow buffers
+  directly, with no per-attribute Python work (the hot path of ingest);
+- ``decode_traces_python`` parses with upb and loops in Python: the fallback when the extension
+  is not built, and the oracle for the tests.
+
+Attribute values become text in a ``map<string, string>``: strings as is, bools ``true``/``false``,
+ints in decimal, doubles as ``repr(float)``, bytes as standard base64, arrays and kvlists as
+compact JSON. The first occurrence of a duplicate key wins (DuckDB maps reject duplicate keys).
+``string_value_strindex`` indexes a string table that only OTLP profiles carry, so in traces it
+reads as a value that is not set (NULL).
+
+Invalid spans are rejected one by one (counted, the first ten reasons kept); input that is not a
+well-formed request raises ``OtlpDecodeError``. Wire-format rules follow upb, which the reference
+decoder parses with, so both decoders accept and reject the same bytes.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from inferledger.errors import BadInputError
+
+__all__ = [
+    "ACCELERATED",
+    "ATTRIBUTES_TYPE",
+    "RESOURCE_SCHEMA",
+    "SCOPE_SCHEMA",
+    "SPAN_SCHEMA",
+    "DecodedTraces",
+    "OtlpDecodeError",
+    "decode_traces",
+    "decode_traces_python",
+    "json_to_protobuf",
+]
+
+# The layout of the dict that ingest/_otlp_fast.c returns; must equal its ABI_VERSION.
+_C_ABI_VERSION = 1
+
+try:
+    from ingest import _otlp_fast
+except ImportError:  # not built (no compiler at install time): the Python decoder serves
+    _otlp_fast = None
+if _otlp_fast is not None and getattr(_otlp_fast, "ABI_VERSION", None) != _C_ABI_VERSION:
+    # A stale build left in the source tree by an older editable install: never misread it.
+    _otlp_fast = None
+
+ACCELERATED: bool = _otlp_fast is not None
+
+MAX_ATTRIBUTE_DEPTH = 32  # nested AnyValue levels; an attribute's own value is level 1
+MAX_ERRORS = 10
+_INT64_MAX = 2**63 - 1
+_ZERO_SPAN_ID = bytes(8)
+
+ATTRIBUTES_TYPE = pa.map_(pa.string(), pa.string())
+
+SPAN_SCHEMA = pa.schema(
+    [
+        pa.field("trace_id", pa.string(), nullable=False),
+        pa.field("span_id", pa.string(), nullable=False),
+        pa.field("parent_span_id", pa.string()),
+        pa.field("trace_state", pa.string()),
+        pa.field("flags", pa.int64(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("kind", pa.int32(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+        pa.field("status_code", pa.int32(), nullable=False),
+        pa.field("status_message", pa.string()),
+        pa.field("attributes", ATTRIBUTES_TYPE, nullable=False),
+        pa.field("dropped_attributes_count", pa.int64(), nullable=False),
+        pa.field("dropped_events_count", pa.int64(), nullable=False),
+        pa.field("dropped_links_count", pa.int64(), nullable=False),
+        pa.field("events", pa.string()),
+        pa.field("links", pa.string()),
+        pa.field("resource_index", pa.int32(), nullable=False),
+        pa.field("scope_index", pa.int32(), nullable=False),
+    ]
+)
+
+SCOPE_SCHEMA = pa.schema(
+    [
+        pa.field("scope_index", pa.int32(), nullable=False),
+        pa.field("resource_index", pa.int32(), nullable=False),
+        pa.field("scope_name", pa.string(), nullable=False),
+        pa.field("scope_version", pa.string(), nullable=False),
+        pa.field("scope_attributes", ATTRIBUTES_TYPE, nullable=False),
+    ]
+)
+
+RESOURCE_SCHEMA = pa.schema(
+    [
+        pa.field("resource_index", pa.int32(), nullable=False),
+        pa.field("resource_attributes", ATTRIBUTES_TYPE, nullable=False),
+        pa.field("resource_schema_url", pa.string(), nullable=False),
+    ]
+)
+
+
+class OtlpDecodeError(BadInputError):
+    """The request is not a well-formed OTLP trace export; ``str(exc)`` is one user-facing line."""
+
+
+@dataclass(frozen=True)
+class DecodedTraces:
+    spans: pa.Table  # valid spans only, SPAN_SCHEMA
+    scopes: pa.Table  # SCOPE_SCHEMA, one row per scope_spans in request order
+    resources: pa.Table  # RESOURCE_SCHEMA, one row per resource_spans in request order
+    total_spans: int
+    rejected_spans: int
+    errors: tuple[str, ...]  # the first MAX_ERRORS rejection messages
+
+
+def decode_traces(data: bytes, *, use_c: bool | None = None) -> DecodedTraces:
+    """Decode a serialized ExportTraceServiceRequest; ``use_c=None`` picks C when it is built."""
+    if use_c is None:
+        use_c = ACCELERATED
+    if not use_c:
+        return decode_traces_python(data)
+    if _otlp_fast is None:
+        raise RuntimeError(
+            "the C decoder ingest._otlp_fast is not built (or is stale); build it with "
+            "`pip install --no-deps -e .` or `python setup.py build_ext --inplace`"
+        )
+    try:
+        raw = _otlp_fast.decode(data)
+    except _otlp_fast.DecodeError as exc:
+        raise OtlpDecodeError(str(exc)) from None
+    return DecodedTraces(
+        spans=_table_from_buffers(SPAN_SCHEMA, raw["n_spans"], raw["spans"]),
+        scopes=_table_from_buffers(SCOPE_SCHEMA, raw["n_scopes"], raw["scopes"]),
+        resources=_table_from_buffers(RESOURCE_SCHEMA, raw["n_resources"], raw["resources"]),
+        total_spans=raw["total_spans"],
+        rejected_spans=raw["rejected_spans"],
+        errors=tuple(raw["errors"]),
+    )
+
+
+# --- C buffers -> Arrow, zero copy ------------------------------------------------------------
+# The C decoder hands over the memory it built each column in (read-only objects supporting the
+# buffer protocol; bytes would cost one more copy of everything). String columns come as
+# (validity or None, int32 offsets, data, null count); map columns as (int32 offsets, key parts,
+# value parts, entry count); fixed-width columns as one buffer.
+
+
+def _string_array(length: int, parts: tuple[Any, Any, Any, int]) -> pa.Array:
+    validity, offsets, data, null_count = parts
+    buffers = [
+        None if validity is None else pa.py_buffer(validity),
+        pa.py_buffer(offsets),
+        pa.py_buffer(data),
+    ]
+    return pa.Array.from_buffers(pa.string(), length, buffers, null_count=null_count)
+
+
+def _column(field: pa.Field, length: int, parts: Any) -> pa.Array:
+    if pa.types.is_string(field.type):
+        return _string_array(length, parts)
+    if pa.types.is_map(field.type):
+        offsets, keys, values, entries = parts
+        return pa.MapArray.from_arrays(
+            pa.Array.from_buffers(pa.int32(), length + 1, [None, pa.py_buffer(offsets)]),
+            _string_array(entries, keys),
+            _string_array(entries, values),
+            type=field.type,
+        )
+    return pa.Array.from_buffers(field.type, length, [None, pa.py_buffer(parts)], null_count=0)
+
+
+def _table_from_buffers(schema: pa.Schema, length: int, columns: dict[str, Any]) -> pa.Table:
+    arrays = [_column(field, length, columns[field.name]) for field in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# --- the reference decoder --------------------------------------------------------------------
+
+
+def decode_traces_python(data: bytes) -> DecodedTraces:
+    """Decode with upb and Python loops; the fallback, and the oracle the C decoder must match."""
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(data)
+    except DecodeError as exc:
+        # upb says e.g. "Error parsing message with type '...': Wire format was corrupt".
+        reason = str(exc).rsplit(": ", 1)[-1]
+        raise OtlpDecodeError(f"malformed OTLP protobuf: {reason}") from None
+
+    spans: dict[str, list[Any]] = {field.name: [] for field in SPAN_SCHEMA}
+    scopes: dict[str, list[Any]] = {field.name: [] for field in SCOPE_SCHEMA}
+    resources: dict[str, list[Any]] = {field.name: [] for field in RESOURCE_SCHEMA}
+    total = rejected = 0
+    errors: list[str] = []
+    for r_pos, resource_spans in enumerate(request.resource_spans):
+        resource_index = len(resources["resource_index"])
+        resources["resource_index"].append(resource_index)
+        resources["resource_attributes"].append(
+            _attribute_pairs(resource_spans.resource.attributes)
+        )
+        resources["resource_schema_url"].append(resource_spans.schema_url)
+        for s_pos, scope_spans in enumerate(resource_spans.scope_spans):
+            scope_index = len(scopes["scope_index"])
+            scope = scope_spans.scope
+            scopes["scope_index"].append(scope_index)
+            scopes["resource_index"].append(resource_index)
+            scopes["scope_name"].append(scope.name)
+            scopes["scope_version"].append(scope.version)
+            scopes["scope_attributes"].append(_attribute_pairs(scope.attributes))
+            for i_pos, span in enumerate(scope_spans.spans):
+                total += 1
+                reason = _span_rejection(span)
+                if reason is not None:
+                    rejected += 1
+                    if len(errors) < MAX_ERRORS:
+                        errors.append(
+                            f"resource_spans[{r_pos}].scope_spans[{s_pos}].spans[{i_pos}]: {reason}"
+                        )
+                    continue
+                _append_span(spans, span, resource_index, scope_index)
+    return DecodedTraces(
+        spans=_table_from_lists(SPAN_SCHEMA, spans),
+        scopes=_table_from_lists(SCOPE_SCHEMA, scopes),
+        resources=_table_from_lists(RESOURCE_SCHEMA, resources),
+        total_spans=total,
+        rejected_spans=rejected,
+        errors=tuple(errors),
+    )
+
+
+def _table_from_lists(schema: pa.Schema, columns: dict[str, list[Any]]) -> pa.Table:
+    arrays = [pa.array(columns[field.name], type=field.type) for field in schema]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def _span_rejection(span: Span) -> str | None:
+    """Why a span cannot be stored, or None. Same rules, order and words as _otlp_fast.c."""
+    if len(span.trace_id) != 16:
+        return f"trace_id must be 16 bytes, got {len(span.trace_id)}"
+    if not any(span.trace_id):
+        return "trace_id must not be all zeros"
+    if len(span.span_id) != 8:
+        return f"span_id must be 8 bytes, got {len(span.span_id)}"
+    if not any(span.span_id):
+        return "span_id must not be all zeros"
+    if len(span.parent_span_id) not in (0, 8):
+        return f"parent_span_id must be 0 or 8 bytes, got {len(span.parent_span_id)}"
+    if not span.name:
+        return "name is required"
+    if span.start_time_unix_nano == 0:
+        return "start_time_unix_nano is required"
+    if span.start_time_unix_nano > _INT64_MAX:
+        return "start_time_unix_nano is out of range (> 2^63-1)"
+    if span.end_time_unix_nano < span.start_time_unix_nano:
+        return "end_time_unix_nano is before start_time_unix_nano"
+    if span.end_time_unix_nano > _INT64_MAX:
+        return "end_time_unix_nano is out of range (> 2^63-1)"
+    for k, event in enumerate(span.events):
+        if event.time_unix_nano > _INT64_MAX:
+            return f"events[{k}].time_unix_nano is out of range (> 2^63-1)"
+    return None
+
+
+def _append_span(columns: dict[str, list[Any]], span: Span, resource: int, scope: int) -> None:
+    parent = span.parent_span_id
+    columns["trace_id"].append(span.trace_id.hex())
+    columns["span_id"].append(span.span_id.hex())
+    columns["parent_span_id"].append(parent.hex() if parent and parent != _ZERO_SPAN_ID else None)
+    columns["trace_state"].append(span.trace_state or None)
+    columns["flags"].append(span.flags)
+    columns["name"].append(span.name)
+    columns["kind"].append(span.kind)
+    columns["start_ns"].append(span.start_time_unix_nano)
+    columns["end_ns"].append(span.end_time_unix_nano)
+    columns["status_code"].append(span.status.code)
+    columns["status_message"].append(span.status.message or None)
+    columns["attributes"].append(_attribute_pairs(span.attributes))
+    columns["dropped_attributes_count"].append(span.dropped_attributes_count)
+    columns["dropped_events_count"].append(span.dropped_events_count)
+    columns["dropped_links_count"].append(span.dropped_links_count)
+    columns["events"].append(_events_json(span) if span.events else None)
+    columns["links"].append(_links_json(span) if span.links else None)
+    columns["resource_index"].append(resource)
+    columns["scope_index"].append(scope)
+
+
+def _events_json(span: Span) -> str:
+    return _dumps(
+        [
+            {
+                "time_unix_nano": event.time_unix_nano,
+                "name": event.name,
+                "attributes": dict(_attribute_pairs(event.attributes)),
+                "dropped_attributes_count": event.dropped_attributes_count,
+            }
+            for event in span.events
+        ]
+    )
+
+
+def _links_json(span: Span) -> str:
+    return _dumps(
+        [
+            {
+                "trace_id": link.trace_id.hex(),
+                "span_id": link.span_id.hex(),
+                "trace_state": link.trace_state,
+                "attributes": dict(_attribute_pairs(link.attributes)),
+                "dropped_attributes_count": link.dropped_attributes_count,
+                "flags": link.flags,
+            }
+            for link in span.links
+        ]
+    )
+
+
+def _attribute_pairs(attributes: Any) -> list[tuple[str, str | None]]:
+    """(key, text) per attribute in order; the first occurrence of a key wins."""
+    seen: set[str] = set()
+    pairs: list[tuple[str, str | None]] = []
+    for kv in attributes:
+        if kv.key in seen:
+            continue
+        seen.add(kv.key)
+        pairs.append((kv.key, _value_text(kv.value)))
+    return pairs
+
+
+def _value_text(value: AnyValue) -> str | None:
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return "true" if value.bool_value else "false"
+    if kind == "int_value":
+        return str(value.int_value)
+    if kind == "double_value":
+        return repr(value.double_value)
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    if kind in ("array_value", "kvlist_value"):
+        return _dumps(_json_value(value, 1))
+    return None  # not set, or string_value_strindex (a profiles-only string table)
+
+
+def _json_value(value: AnyValue, depth: int) -> Any:
+    if depth > MAX_ATTRIBUTE_DEPTH:
+        raise OtlpDecodeError(f"attribute value nested deeper than {MAX_ATTRIBUTE_DEPTH} levels")
+    kind = value.WhichOneof("value")
+    if kind == "string_value":
+        return value.string_value
+    if kind == "bool_value":
+        return value.bool_value
+    if kind == "int_value":
+        return value.int_value
+    if kind == "double_value":
+        number = value.double_value
+        if math.isnan(number):
+            return "NaN"
+        if math.isinf(number):
+            return "Infinity" if number > 0 else "-Infinity"
+        return number
+    if kind == "bytes_value":
+        return base64.b64encode(value.bytes_value).decode("ascii")
+    if kind == "array_value":
+        return [_json_value(item, depth + 1) for item in value.array_value.values]
+    if kind == "kvlist_value":
+        obj: dict[str, Any] = {}
+        kv: KeyValue
+        for kv in value.kvlist_value.values:
+            if kv.key not in obj:
+                obj[kv.key] = _json_value(kv.value, depth + 1)
+        return obj
+    return None
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
+
+
+# --- OTLP/JSON --------------------------------------------------------------------------------
+
+_HEX_ID = re.compile(r"(?:[0-9a-fA-F]{2})*")
+_ID_FIELDS = (("traceId", "trace_id"), ("spanId", "span_id"), ("parentSpanId", "parent_span_id"))
+_LINK_ID_FIELDS = (("traceId", "trace_id"), ("spanId", "span_id"))
+
+
+def json_to_protobuf(body: bytes) -> bytes:
+    """OTLP/JSON (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding) to a
+    serialized ExportTraceServiceRequest.
+
+    Ids are hex in OTLP/JSON but json_format reads bytes fields as base64, which would silently
+    give wrong ids, so they are rewritten to base64 first. Unknown fields are ignored (the spec
+    says so); enums may be integers or names; int64 values may be strings or numbers.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise OtlpDecodeError("OTLP/JSON body is not valid UTF-8") from None
+    try:
+        document = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise OtlpDecodeError(
+            f"OTLP/JSON body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+        ) from None
+    except RecursionError:
+        raise OtlpDecodeError("OTLP/JSON body is nested too deeply") from None
+    if not isinstance(document, dict):
+        raise OtlpDecodeError("OTLP/JSON body must be a JSON object")
+    _hex_ids_to_base64(document)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    except json_format.ParseError as exc:
+        message = " ".join(str(exc).split())
+        if len(message) > 300:
+            message = message[:297] + "..."
+        raise OtlpDecodeError(f"invalid OTLP/JSON: {message}") from None
+    return request.SerializeToString()
+
+
+def _children(parent: dict[str, Any], *names: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """(name, index, element) for the dict elements of the list under either spelling."""
+    found = []
+    for name in names:
+        items = parent.get(name)
+        if isinstance(items, list):
+            found.extend((name, i, item) for i, item in enumerate(items) if isinstance(item, dict))
+    return found
+
+
+def _hex_ids_to_base64(document: dict[str, Any]) -> None:
+    # json_format accepts both the JSON names and the proto field names, so walk both spellings.
+    for rs_name, r, resource_spans in _children(document, "resourceSpans", "resource_spans"):
+        for ss_name, s, scope_spans in _children(resource_spans, "scopeSpans", "scope_spans"):
+            for span_name, i, span in _children(scope_spans, "spans"):
+                path = f"{rs_name}[{r}].{ss_name}[{s}].{span_name}[{i}]"
+                _rewrite_ids(span, _ID_FIELDS, path)
+                for link_name, k, link in _children(span, "links"):
+                    _rewrite_ids(link, _LINK_ID_FIELDS, f"{path}.{link_name}[{k}]")
+
+
+def _rewrite_ids(obj: dict[str, Any], fields: tuple[tuple[str, str], ...], path: str) -> None:
+    for names in fields:
+        for name in names:
+            value = obj.get(name)
+            if not isinstance(value, str) or not value:
+                continue  # absent, empty (unset) or not a string: json_format judges those
+            if not _HEX_ID.fullmatch(value):
+                raise OtlpDecodeError(
+                    f"{path}.{name} must be a hex string (OTLP/JSON encodes ids as hex, not base64)"
+                )
+            # A wrong length is not a request error: the span decoder rejects that span.
+            obj[name] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
