@@ -1,0 +1,219 @@
+"""Prometheus exposition text (classic 0.0.4 and OpenMetrics 1.0) → one Arrow row per sample.
+
+Parsing is prometheus_client's own parser; this module only decides the format, turns its
+families into the columns of ``metric_samples`` (sql/migrations/0002_metrics.sql) and refuses
+what it cannot store faithfully. The function is pure: the scraper calls it with the time of a
+live scrape, and a replay of recorded or simulated text calls it with past timestamps.
+
+What is kept and what is dropped (docs/metrics.md):
+- every counter, gauge, histogram (``_bucket``, ``_sum``, ``_count``), summary, info, stateset
+  and untyped sample, under the name it was exported with (``vllm:prompt_tokens_total``);
+- ``_created`` samples are dropped: they hold a start time, not a measurement, and the
+  counter-reset rule in sql/macros does not need them;
+- exemplars and native-histogram samples are dropped (no column for them).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from datetime import datetime
+
+import pyarrow as pa
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import parser as openmetrics_parser
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Timestamp
+
+from inferledger.errors import BadInputError
+
+SAMPLE_SCHEMA = pa.schema(
+    [
+        pa.field("ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("metric", pa.string(), nullable=False),
+        pa.field("family", pa.string(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("labels", pa.map_(pa.string(), pa.string()), nullable=False),
+        pa.field("series_key", pa.string(), nullable=False),
+        pa.field("le", pa.float64()),
+        pa.field("value", pa.float64(), nullable=False),
+    ]
+)
+
+METRIC_TYPES = frozenset(
+    {"counter", "gauge", "histogram", "summary", "info", "stateset", "gaugehistogram", "unknown"}
+)
+# Families whose exposition carries a `_created` sample (a start time, not a measurement).
+_TYPES_WITH_CREATED = frozenset({"counter", "histogram", "summary"})
+_BUCKETED_TYPES = frozenset({"histogram", "gaugehistogram"})
+_MAX_ERROR_CHARS = 300
+
+# "# TYPE name counter" lines of the classic format (name possibly quoted, for UTF-8 names).
+_COUNTER_TYPE_LINE = re.compile(r'^#\s+TYPE\s+("(?:[^"\\]|\\.)*"|\S+)\s+counter\s*$', re.MULTILINE)
+
+
+class ExpositionError(BadInputError):
+    """The scraped text is not valid exposition text; nothing from it is stored."""
+
+
+def is_openmetrics(content_type: str) -> bool:
+    """True for ``application/openmetrics-text`` (any version); anything else is read as the
+    classic text format, as Prometheus does for an unknown or missing Content-Type."""
+    return content_type.split(";", 1)[0].strip().lower() == "application/openmetrics-text"
+
+
+def parse_exposition(text: str, content_type: str, scrape_ts: datetime) -> pa.Table:
+    """Parse one scrape's body into rows shaped like ``metric_samples`` (without ``target``).
+
+    ``scrape_ts`` (timezone-aware) stamps every sample that carries no timestamp of its own.
+    Raises :class:`ExpositionError` on text that does not parse, an unknown metric type, a bad
+    bucket bound or a series repeated within the same timestamp.
+    """
+    if scrape_ts.tzinfo is None or scrape_ts.utcoffset() is None:
+        raise ValueError("scrape_ts must be timezone-aware")
+    openmetrics = is_openmetrics(content_type)
+    fmt = "OpenMetrics" if openmetrics else "Prometheus text format"
+    try:
+        if openmetrics:
+            families = list(openmetrics_parser.text_string_to_metric_families(text))
+        else:
+            families = list(text_string_to_metric_families(text))
+    # prometheus_client signals bad input with bare ValueErrors, and a few malformed lines
+    # escape as IndexError/KeyError/TypeError from its tokenizer: all mean "not valid text".
+    except (ValueError, IndexError, KeyError, TypeError) as exc:
+        detail = str(exc).strip() or type(exc).__name__
+        raise ExpositionError(f"not valid {fmt}: {_shorten(detail)}") from None
+    # The classic parser appends `_total` to the samples of a counter declared without it
+    # (dcgm-exporter's DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION); undo that to keep exported names.
+    plain_counters = frozenset() if openmetrics else _counters_declared_without_total(text)
+    return _to_table(families, plain_counters, _epoch_us(scrape_ts))
+
+
+def _counters_declared_without_total(text: str) -> frozenset[str]:
+    names = set()
+    for match in _COUNTER_TYPE_LINE.finditer(text):
+        name = match.group(1)
+        if name.startswith('"'):
+            name = name[1:-1].replace('\\"', '"').replace("\\\\", "\\")
+        if not name.endswith("_total"):
+            names.add(name)
+    return frozenset(names)
+
+
+def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us: int) -> pa.Table:
+    created_owners = {f.name for f in families if f.type in _TYPES_WITH_CREATED}
+    ts: list[int] = []
+    metric: list[str] = []
+    family: list[str] = []
+    types: list[str] = []
+    offsets: list[int] = [0]
+    keys: list[str] = []
+    values: list[str] = []
+    series_keys: list[str] = []
+    les: list[float | None] = []
+    sample_values: list[float] = []
+    seen: set[tuple[str, str, float | None, int]] = set()
+    key_cache: dict[tuple[tuple[str, str], ...], str] = {}
+
+    for fam in families:
+        typ = "unknown" if fam.type == "untyped" else fam.type
+        if typ not in METRIC_TYPES:
+            raise ExpositionError(f"{fam.name}: unknown metric type {fam.type!r}")
+        # The classic format exports a counter's or histogram's start time as a separate gauge
+        # family named <family>_created.
+        if fam.name.endswith("_created") and fam.name[: -len("_created")] in created_owners:
+            continue
+        created = fam.name + "_created"
+        bucket = fam.name + "_bucket" if typ in _BUCKETED_TYPES else None
+        unmunge = typ == "counter" and fam.name in plain_counters
+        for sample in fam.samples:
+            if sample.name == created or sample.native_histogram is not None:
+                continue
+            name = sample.name[: -len("_total")] if unmunge else sample.name
+            labels = sorted(sample.labels.items())
+            le: float | None = None
+            if name == bucket:
+                le = _bucket_bound(name, sample.labels.get("le"))
+                identity = tuple(item for item in labels if item[0] != "le")
+            else:
+                identity = tuple(labels)
+            series_key = key_cache.get(identity)
+            if series_key is None:
+                series_key = key_cache[identity] = _series_key(identity)
+            at = scrape_us if sample.timestamp is None else _timestamp_us(sample.timestamp)
+            fingerprint = (name, series_key, le, at)
+            if fingerprint in seen:
+                raise ExpositionError(
+                    f"{name}{{{series_key}}} appears twice"
+                    + (f" (le={sample.labels['le']})" if le is not None else "")
+                )
+            seen.add(fingerprint)
+            ts.append(at)
+            metric.append(name)
+            family.append(fam.name)
+            types.append(typ)
+            for k, v in labels:
+                keys.append(k)
+                values.append(v)
+            offsets.append(len(keys))
+            series_keys.append(series_key)
+            les.append(le)
+            sample_values.append(float(sample.value))
+
+    labels_array = pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
+    )
+    return pa.Table.from_arrays(
+        [
+            pa.array(ts, SAMPLE_SCHEMA.field("ts").type),
+            pa.array(metric, pa.string()),
+            pa.array(family, pa.string()),
+            pa.array(types, pa.string()),
+            labels_array,
+            pa.array(series_keys, pa.string()),
+            pa.array(les, pa.float64()),
+            pa.array(sample_values, pa.float64()),
+        ],
+        schema=SAMPLE_SCHEMA,
+    )
+
+
+def _series_key(labels: Iterable[tuple[str, str]]) -> str:
+    """Sorted labels as exposition text (`engine="0",model_name="m"`): readable, canonical."""
+    return ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _bucket_bound(name: str, raw: str | None) -> float:
+    if raw is None:
+        raise ExpositionError(f"{name}: bucket without an le label")
+    try:
+        bound = float(raw)
+    except ValueError:
+        raise ExpositionError(f"{name}: bucket bound le={raw!r} is not a number") from None
+    if math.isnan(bound):
+        raise ExpositionError(f"{name}: bucket bound le={raw!r} is not a number")
+    return bound
+
+
+def _epoch_us(moment: datetime) -> int:
+    delta = moment - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _timestamp_us(stamp: float | Timestamp) -> int:
+    if isinstance(stamp, Timestamp):
+        return stamp.sec * 1_000_000 + stamp.nsec // 1_000
+    return round(float(stamp) * 1_000_000)
+
+
+def _shorten(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 1] + "…"
+
+
+_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
