@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             return 0
         if args.command == "steptime":
-            from models.steptime import steptime_command  # noqa: PLC0415
+            from models.steptime import steptime_command
 
             print(
                 steptime_command(
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             return 0
         if args.command == "calibrate":
-            from models.calibration import calibrate_command  # noqa: PLC0415
+            from models.calibration import calibrate_command
 
             print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
             return 0

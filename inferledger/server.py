@@ -16,7 +16,7 @@ from typing import Any
 
 import flask
 from apscheduler.schedulers.background import BackgroundScheduler
-from waitress import create_server
+from waitress import create_server, wasyncore
 from waitress.server import BaseWSGIServer
 
 from app.factory import create_app
@@ -25,6 +25,9 @@ from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import Settings
 from inferledger.storage import Storage
 from ingest.otlp_receiver import TraceReceiver
+from ingest.scraper import Scraper, scrape_executors
+from ingest.span_ingestor import SpanIngestor
+from ingest.spool import Spool
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +46,35 @@ class Service:
             queue_max_units=settings["ingest.queue_max_spans"],
             memory_limit=settings["storage.memory_limit"],
             threads=settings["storage.threads"],
+            checkpoint_threshold=settings["storage.checkpoint_threshold"],
             on_commit=lambda _units, seconds: self.metrics.write_commit_seconds.observe(seconds),
         )
-        self.receiver = TraceReceiver(
+        spool_dir = settings["ingest.spool_dir"] or f"{settings['db']}.spool"
+        self.spool = Spool(spool_dir)
+        self.ingestor = SpanIngestor(
             self.storage,
+            self.spool,
+            self.metrics,
+            max_pending_spans=settings["ingest.queue_max_spans"],
+        )
+        self.receiver = TraceReceiver(
+            self.ingestor,
             self.metrics,
             ingest_keys=settings["ingest.keys"],
             max_body_bytes=settings["ingest.max_body_bytes"],
             retry_after_s=settings["ingest.retry_after_s"],
         )
-        # One worker per scrape target plus headroom, so a slow target never blocks another.
-        workers = max(4, len(settings["scrape.targets"]) + 2)
+        # Scrape jobs run on their own pool, one worker per target, so a slow or dead target
+        # never delays another (ingest/scraper.py); other jobs use the default pool.
         self.scheduler = BackgroundScheduler(
-            executors={"default": {"type": "threadpool", "max_workers": workers}},
+            executors={
+                "default": {"type": "threadpool", "max_workers": 4},
+                **scrape_executors(settings["scrape.targets"]),
+            },
             job_defaults={"coalesce": True, "max_instances": 1},
             timezone="UTC",
         )
+        self.scraper = Scraper(self.storage, self.metrics, settings["scrape.max_bytes"])
         self.ready = threading.Event()
         self._inflight = 0
         self._inflight_lock = threading.Lock()
@@ -70,7 +86,10 @@ class Service:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Service:
         self.storage.open()
-        self.metrics.bind_gauges(lambda: self.storage.queue_depth, self.storage.size_bytes)
+        self.ingestor.start()
+        self.metrics.bind_gauges(
+            lambda: self.ingestor.pending_spans + self.storage.queue_depth, self.storage.size_bytes
+        )
         self.dash_app = create_app(self.settings, self.storage)
         self._add_routes(self.dash_app.server)
         self._schedule_jobs()
@@ -93,7 +112,9 @@ class Service:
         if not self._started:
             return
         self._started = False
+        self.ingestor.stop()
         self.scheduler.shutdown(wait=True)
+        self.scraper.close()
         self.storage.close()
 
     # ------------------------------------------------------------------ HTTP
@@ -166,13 +187,21 @@ class Service:
             listen=" ".join(listen),
             threads=self.settings["threads"],
             ident="inferledger",
-            # Bodies up to the ingest limit are buffered to a temporary file past 1 MiB.
-            max_request_body_size=self.settings["ingest.max_body_bytes"] + 1,
-            inbuf_overflow=1 << 20,
+            # waitress buffers bodies (to a temporary file past 1 MiB) before the app runs, so it
+            # enforces a hard cap of its own: 1 MiB above ours, so that a body just over the
+            # limit still gets the receiver's OTLP-shaped 413, and a huge one a plain 413.
+            max_request_body_size=self.settings["ingest.max_body_bytes"] + (1 << 20),
+            # Typical OTLP requests (1-4 MB) stay in memory and are read in 256 KiB chunks:
+            # waitress's defaults (8 KiB reads, spill to a file past 512 KiB) cost ~5 us/span.
+            inbuf_overflow=8 << 20,
+            recv_bytes=256 << 10,
             channel_timeout=120,
             clear_untrusted_proxy_headers=True,
         )
-        dispatchers = [d for d in server.map.values() if isinstance(d, BaseWSGIServer)]
+        # A single listener is a TcpWSGIServer (its socket map is `_map`); several listeners
+        # come as a MultiSocketServer (`map`).
+        socket_map = server.map if hasattr(server, "map") else server._map
+        dispatchers = [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]
         self.listen_addresses = [
             (str(d.effective_host), int(d.effective_port)) for d in dispatchers
         ]
@@ -195,7 +224,7 @@ class Service:
                     log.error("HTTP loop stopped unexpectedly")
                     break
         finally:
-            self._shutdown_http(server, dispatchers, loop)
+            self._shutdown_http(server, socket_map, dispatchers, loop)
             self.stop()
         log.info("InferLedger stopped cleanly")
         return 0
@@ -203,26 +232,33 @@ class Service:
     def request_stop(self) -> None:
         self._stop.set()
 
-    def _shutdown_http(self, server: Any, dispatchers: list[Any], loop: threading.Thread) -> None:
+    def _shutdown_http(
+        self,
+        server: Any,
+        socket_map: dict[Any, Any],
+        dispatchers: list[Any],
+        loop: threading.Thread,
+    ) -> None:
         """Stop accepting, let in-flight requests finish, then end the loop."""
         self.ready.clear()
         trigger = dispatchers[0].trigger if dispatchers else None
         if trigger is not None:
-            # Close listeners from inside the loop thread (asyncore is not thread-safe).
-            trigger.pull_trigger(lambda: [d.close() for d in dispatchers])
+            # Close the listening sockets from inside the loop thread (asyncore is not
+            # thread-safe), through the base close: waitress's own close() also closes the
+            # trigger we still need.
+            trigger.pull_trigger(lambda: [wasyncore.dispatcher.close(d) for d in dispatchers])
         deadline = time.monotonic() + _DRAIN_TIMEOUT_S
         while self._inflight and time.monotonic() < deadline:
             time.sleep(0.02)
         if self._inflight:
             log.warning("%d request(s) still running at shutdown", self._inflight)
         time.sleep(0.05)  # let the loop flush the last responses
-        from waitress import wasyncore
 
         if trigger is not None and loop.is_alive():
-            trigger.pull_trigger(lambda: wasyncore.close_all(server.map))
+            trigger.pull_trigger(lambda: wasyncore.close_all(socket_map))
             loop.join(5)
         if loop.is_alive():
-            wasyncore.close_all(server.map)
+            wasyncore.close_all(socket_map)
             loop.join(5)
         if hasattr(server, "task_dispatcher"):
             server.task_dispatcher.shutdown(timeout=5)

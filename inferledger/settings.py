@@ -234,8 +234,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "ingest.queue_max_spans",
         500_000,
-        "Spans waiting for the writer at most; beyond that /v1/traces answers 503 + Retry-After.",
+        "Spans accepted but not yet written at most; beyond that /v1/traces answers 503 + "
+        "Retry-After.",
         _int_range(1000, 100_000_000),
+    ),
+    Setting(
+        "ingest.spool_dir",
+        "",
+        "Folder of the durable spool of accepted requests not yet written to the database; "
+        "empty: the database path plus '.spool'.",
+        _text,
     ),
     Setting("ingest.retry_after_s", 1, "Retry-After seconds sent with a 503.", _int_range(1, 3600)),
     Setting(
@@ -250,6 +258,13 @@ SETTINGS: tuple[Setting, ...] = (
         2,
         "DuckDB worker threads.",
         _int_range(1, 256),
+    ),
+    Setting(
+        "storage.checkpoint_threshold",
+        "256MB",
+        "WAL size at which DuckDB folds the log into the database file. Larger means fewer, "
+        "bigger checkpoints (faster ingest) and a longer log replay after a crash.",
+        _text,
     ),
     Setting(
         "scrape.targets",

@@ -73,21 +73,26 @@ def load_view_sql() -> list[tuple[str, str]]:
     return [(name[: -len(".sql")], sql) for name, sql in _sql_files("views")]
 
 
-def _create_views(cur: duckdb.DuckDBPyConnection, views: list[tuple[str, str]]) -> None:
-    """Create views in dependency order: a view whose inputs do not exist yet is retried after
-    the others, so files need no numeric prefixes. Fails on the first view that never binds."""
-    pending = list(views)
+def _create_in_dependency_order(
+    cur: duckdb.DuckDBPyConnection, statements: list[tuple[str, str]]
+) -> None:
+    """Run CREATE statements (macros, views) so that each binds after its inputs exist: a
+    statement that fails on a missing catalog entry is retried after the others, so files need
+    no numeric prefixes. Fails on the first statement that never binds."""
+    pending = list(statements)
     while pending:
         failed: list[tuple[str, str]] = []
         last_error: Exception | None = None
         for name, sql in pending:
             try:
-                cur.execute(f"CREATE OR REPLACE VIEW {quote_ident(name)} AS {sql}")
+                cur.execute(sql)
             except duckdb.CatalogException as exc:
                 failed.append((name, sql))
                 last_error = exc
+            except duckdb.Error as exc:
+                raise StorageError(f"{name} does not bind: {exc}") from None
         if len(failed) == len(pending):
-            raise StorageError(f"view {failed[0][0]!r} in sql/views does not bind: {last_error}")
+            raise StorageError(f"{failed[0][0]} does not bind: {last_error}")
         pending = failed
 
 
@@ -136,6 +141,7 @@ class Storage:
         queue_max_units: int = 500_000,
         memory_limit: str = "2GB",
         threads: int = 2,
+        checkpoint_threshold: str = "256MB",
         on_commit: Callable[[int, float], None] | None = None,
     ) -> None:
         self.path = str(path)
@@ -143,6 +149,7 @@ class Storage:
         self.queue_max_units = queue_max_units
         self._memory_limit = memory_limit
         self._threads = threads
+        self._checkpoint_threshold = checkpoint_threshold
         self._on_commit = on_commit
         self._root: duckdb.DuckDBPyConnection | None = None
         self._queue: queue.Queue[Any] = queue.Queue()
@@ -161,7 +168,11 @@ class Storage:
         try:
             self._root = duckdb.connect(
                 self.path,
-                config={"memory_limit": self._memory_limit, "threads": self._threads},
+                config={
+                    "memory_limit": self._memory_limit,
+                    "threads": self._threads,
+                    "checkpoint_threshold": self._checkpoint_threshold,
+                },
             )
         except duckdb.Error as exc:
             raise StorageError(f"cannot open database {self.path!r}: {exc}") from None
@@ -232,14 +243,14 @@ class Storage:
                 cur.execute("ROLLBACK")
                 raise StorageError(f"migration {mig.version} ({mig.name}) failed: {exc}") from None
         # Views and macros are code, not data: recreated at every start so they always match
-        # this version. Each statement commits on its own (a failed statement would abort an
-        # enclosing transaction, and view creation retries out-of-order files).
-        for name, sql in load_macro_sql():
-            try:
-                cur.execute(sql)
-            except duckdb.Error as exc:
-                raise StorageError(f"sql/macros/{name} failed: {exc}") from None
-        _create_views(cur, load_view_sql())
+        # this version. Each statement commits on its own: a failed statement would abort an
+        # enclosing transaction, and out-of-order files are retried.
+        statements = [(f"sql/macros/{name}", sql) for name, sql in load_macro_sql()]
+        statements += [
+            (f"sql/views/{name}.sql", f"CREATE OR REPLACE VIEW {quote_ident(name)} AS {sql}")
+            for name, sql in load_view_sql()
+        ]
+        _create_in_dependency_order(cur, statements)
         self.schema_version = latest
 
     # ---------------------------------------------------------------- writes

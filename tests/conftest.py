@@ -149,6 +149,9 @@ class LiveService:
 
     @property
     def storage(self) -> Storage:
+        """The service's storage, after every accepted span has been written (ingest commits
+        asynchronously from the spool, so a test reading right after a 200 waits for it)."""
+        assert self.service.ingestor.flush(30), "ingest did not drain"  # type: ignore[attr-defined]
         return self.service.storage  # type: ignore[attr-defined]
 
 

@@ -1,4 +1,5 @@
 -- one row per span (trace_id, span_id), with the attribute mapping rules applied
+-- and the attribute lists turned into `attributes` / `resource_attributes` maps
 -- A value the span carries itself wins; otherwise the matching rule with the lowest priority
 -- (then lowest rule_id); stage also falls back to what gen_ai.operation.name implies.
 with rule_hits as (
@@ -15,8 +16,8 @@ with rule_hits as (
         on (
             case
                 when starts_with(r.source_key, 'resource.')
-                    then s.resource_attributes[substr(r.source_key, 10)]
-                else s.attributes[r.source_key]
+                    then kv(s.resource_keys, s.resource_values, substr(r.source_key, 10))
+                else kv(s.attr_keys, s.attr_values, r.source_key)
             end
         ) like r.match
 ),
@@ -38,7 +39,7 @@ mapped as (
 
 final as (
     select
-        s.* replace (
+        s.* exclude (attr_keys, attr_values, resource_keys, resource_values) replace (
             coalesce(s.app, m.app) as app,
             coalesce(s.team, m.team) as team,
             coalesce(s.route, m.route) as route,
@@ -54,6 +55,8 @@ final as (
                 end
             ) as stage
         ),
+        map(s.attr_keys, s.attr_values) as attributes,
+        map(s.resource_keys, s.resource_values) as resource_attributes,
         make_timestamp(s.start_ns // 1000) as start_time,
         (s.end_ns - s.start_ns) / 1e6 as duration_ms
     from spans as s

@@ -1,0 +1,99 @@
+"""Writes decoded spans through the storage gateway's single writer.
+
+The Python side hands DuckDB three Arrow tables and one statement (sql/ingest/insert_spans.sql);
+the per-key work — typed columns, fallback chains, duplicate checks — runs in DuckDB's vectorized
+engine, not per attribute in Python (the hot-path rule of the ingest benchmark).
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest.otlp_decode import DecodedTraces
+
+
+def _split_map(table: pa.Table, column: str, keys: str, values: str) -> pa.Table:
+    """Replace a map column by parallel key and value list columns, zero-copy.
+
+    DuckDB scans Arrow lists about 15x faster than Arrow maps and appends lists about 3x faster
+    than maps (docs/benchmarks.md), so spans store lists and the views build maps on read.
+    """
+    idx = table.schema.get_field_index(column)
+    maps = table.column(idx).combine_chunks()
+    key_lists = pa.ListArray.from_arrays(maps.offsets, maps.keys)
+    value_lists = pa.ListArray.from_arrays(maps.offsets, maps.items)
+    return (
+        table.remove_column(idx).append_column(keys, key_lists).append_column(values, value_lists)
+    )
+
+
+def _shift(table: pa.Table, column: str, offset: int) -> pa.Table:
+    if offset == 0:
+        return table
+    idx = table.schema.get_field_index(column)
+    shifted = pc.add(table.column(idx), pa.scalar(offset, pa.int32()))
+    return table.set_column(idx, table.schema.field(idx), shifted)  # keeps NOT NULL
+
+
+def merge_decoded(batches: list[DecodedTraces]) -> DecodedTraces:
+    """Concatenate decoded requests into one, renumbering resource and scope indices."""
+    if len(batches) == 1:
+        return batches[0]
+    spans, scopes, resources = [], [], []
+    r_off = s_off = 0
+    for d in batches:
+        spans.append(_shift(_shift(d.spans, "resource_index", r_off), "scope_index", s_off))
+        scopes.append(_shift(_shift(d.scopes, "resource_index", r_off), "scope_index", s_off))
+        resources.append(_shift(d.resources, "resource_index", r_off))
+        r_off += d.resources.num_rows
+        s_off += d.scopes.num_rows
+    return DecodedTraces(
+        spans=pa.concat_tables(spans),
+        scopes=pa.concat_tables(scopes),
+        resources=pa.concat_tables(resources),
+        total_spans=sum(d.total_spans for d in batches),
+        rejected_spans=sum(d.rejected_spans for d in batches),
+        errors=tuple(e for d in batches for e in d.errors)[:10],
+    )
+
+
+@cache
+def _insert_sql() -> str:
+    return resources.files("sql").joinpath("ingest", "insert_spans.sql").read_text("utf-8")
+
+
+def insert_spans(cur: duckdb.DuckDBPyConnection, decoded: DecodedTraces) -> int:
+    """Insert the batch's new spans; returns how many rows were written (duplicates skipped).
+
+    Runs on the writer thread inside the gateway's transaction.
+    """
+    spans = decoded.spans
+    if spans.num_rows == 0:
+        return 0
+    bounds = pc.min_max(spans.column("start_ns"))
+    # Span ids repeat within one request only by mistake; checking costs ~0.05 us per span.
+    has_repeats = pc.count_distinct(spans.column("span_id")).as_py() != spans.num_rows
+    cur.register("batch_spans", _split_map(spans, "attributes", "attr_keys", "attr_values"))
+    cur.register("batch_scopes", decoded.scopes)
+    cur.register(
+        "batch_resources",
+        _split_map(decoded.resources, "resource_attributes", "resource_keys", "resource_values"),
+    )
+    try:
+        row = cur.execute(
+            _insert_sql(),
+            {
+                "min_start": bounds["min"].as_py(),
+                "max_start": bounds["max"].as_py(),
+                "has_repeats": has_repeats,
+            },
+        ).fetchone()
+    finally:
+        for name in ("batch_spans", "batch_scopes", "batch_resources"):
+            cur.unregister(name)
+    return int(row[0]) if row else 0

@@ -1,0 +1,118 @@
+"""What a 200 promises: SIGKILL mid-stream loses nothing acknowledged; overload answers 503
+with Retry-After, stays within bounded memory, and loses nothing acknowledged; SIGTERM exits 0
+after flushing."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+import requests
+
+from inferledger.fixtures import make_export_request
+from inferledger.storage import Storage
+
+PB = {"Content-Type": "application/x-protobuf"}
+
+
+def _stored_span_ids(db) -> set[tuple[str, str]]:
+    with Storage(db) as st:
+        return set(st.fetchall("select trace_id, span_id from spans"))
+
+
+def _expected_ids(batch_no: int, n: int) -> set[tuple[str, str]]:
+    req = make_export_request(n, seed=batch_no, id_offset=batch_no * n)
+    return {(s.trace_id.hex(), s.span_id.hex()) for s in req.resource_spans[0].scope_spans[0].spans}
+
+
+def test_sigkill_mid_stream_keeps_every_acknowledged_span(server_factory, tmp_path) -> None:
+    srv = server_factory()
+    acked: list[int] = []
+    stop = threading.Event()
+
+    def sender(worker: int) -> None:
+        batch = worker * 100_000
+        session = requests.Session()
+        while not stop.is_set():
+            body = make_export_request(200, seed=batch, id_offset=batch * 200).SerializeToString()
+            try:
+                resp = session.post(srv.url + "/v1/traces", data=body, headers=PB, timeout=10)
+            except requests.RequestException:
+                return  # the server died under us: this batch was never acknowledged
+            if resp.status_code == 200:
+                acked.append(batch)
+            batch += 1
+
+    threads = [threading.Thread(target=sender, args=(w,)) for w in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(acked) < 30 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    srv.kill()  # SIGKILL: no flush, no checkpoint, no goodbye
+    stop.set()
+    for t in threads:
+        t.join(15)
+    assert len(acked) >= 30, srv.log()
+
+    # Restart on the same file (the WAL replays), then stop cleanly so the file can be read.
+    again = server_factory(db=srv.db)
+    assert again.terminate() == 0
+    stored = _stored_span_ids(srv.db)
+    missing = [b for b in acked if not _expected_ids(b, 200) <= stored]
+    assert missing == [], f"acknowledged batches lost after SIGKILL: {missing[:5]}"
+
+
+def test_sigterm_flushes_and_exits_zero(server_factory) -> None:
+    srv = server_factory()
+    body = make_export_request(500, seed=99).SerializeToString()
+    assert requests.post(srv.url + "/v1/traces", data=body, headers=PB, timeout=30).ok
+    assert srv.terminate() == 0
+    assert "stopped cleanly" in srv.log()
+    assert len(_stored_span_ids(srv.db)) == 500
+    assert not (srv.db.parent / (srv.db.name + ".wal")).exists() or (
+        (srv.db.parent / (srv.db.name + ".wal")).stat().st_size == 0
+    ), "checkpoint at shutdown should leave an empty WAL"
+
+
+def test_overload_answers_503_with_bounded_memory(server_factory) -> None:
+    srv = server_factory(
+        env={"INFERLEDGER_INGEST_QUEUE_MAX_SPANS": "1000"}, args=("--threads", "16")
+    )
+    proc = psutil.Process(srv.proc.pid)
+    rss_before = proc.memory_info().rss
+    peak = [rss_before]
+    results: list[tuple[int, int, str | None]] = []
+    lock = threading.Lock()
+
+    def sender(worker: int) -> None:
+        session = requests.Session()
+        for k in range(4):
+            batch = worker * 1000 + k
+            body = make_export_request(2000, seed=batch, id_offset=batch * 2000).SerializeToString()
+            resp = session.post(srv.url + "/v1/traces", data=body, headers=PB, timeout=60)
+            with lock:
+                results.append((batch, resp.status_code, resp.headers.get("Retry-After")))
+                peak[0] = max(peak[0], proc.memory_info().rss)
+
+    threads = [threading.Thread(target=sender, args=(w,)) for w in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    statuses = {s for _, s, _ in results}
+    assert statuses <= {200, 503}
+    assert 503 in statuses, "12 concurrent senders of 2,000 spans should overflow a 1,000 queue"
+    assert all(ra == "1" for _, s, ra in results if s == 503)
+    # 12 x 2,000-span requests in flight at most: memory grows by well under 1 GiB.
+    assert peak[0] - rss_before < 1024**3, f"RSS grew by {(peak[0] - rss_before) >> 20} MiB"
+    metrics = requests.get(srv.url + "/metrics", timeout=5).text
+    assert 'inferledger_spans_rejected_total{reason="overloaded"}' in metrics
+    assert srv.terminate() == 0
+    stored = _stored_span_ids(srv.db)
+    acked = [b for b, s, _ in results if s == 200]
+    assert acked
+    assert all(_expected_ids(b, 2000) <= stored for b in acked)
+    refused = [b for b, s, _ in results if s == 503]
+    assert all(not (_expected_ids(b, 2000) & stored) for b in refused), "a 503 wrote spans"
