@@ -1,0 +1,124 @@
+"""Typed, frozen configuration of the simulated serving deployment.
+
+Field names follow vLLM's own config classes (SchedulerConfig, CacheConfig) so a simulated
+deployment reads like the `vllm serve` flags it stands for. Every config is validated on
+construction and never mutated afterwards; results carry the config they were produced with.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+
+
+class RouterPolicy(enum.Enum):
+    """How the router (global scheduler) picks a replica for each arriving request."""
+
+    ROUND_ROBIN = "round_robin"
+    LEAST_OUTSTANDING_REQUESTS = "least_outstanding_requests"
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """vLLM V1 scheduler knobs (`--max-num-seqs`, `--max-num-batched-tokens`, ...).
+
+    Defaults are vLLM's OpenAI-server defaults on GPUs with at least 70 GiB that are not A100
+    (H100, H200). Chunked prefill is always on, as in V1.
+
+    long_prefill_token_threshold: cap on prompt tokens one request may prefill per step;
+        0 disables the cap (vLLM's default unless max_num_partial_prefills > 1).
+    max_model_len: longest sequence (prompt + output) a request may reach; longer requests
+        are rejected with finish_reason "error", as the OpenAI server rejects them.
+    """
+
+    max_num_seqs: int = 1024
+    max_num_batched_tokens: int = 8192
+    long_prefill_token_threshold: int = 0
+    max_model_len: int = 131072
+
+    def __post_init__(self) -> None:
+        if self.max_num_seqs < 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        # vLLM refuses this combination too: every running sequence must fit one decode token.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be >= "
+                f"max_num_seqs ({self.max_num_seqs})"
+            )
+        if self.long_prefill_token_threshold < 0:
+            raise ValueError("long_prefill_token_threshold must be >= 0 (0 = no cap)")
+        if self.max_model_len < 2:
+            raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    """Paged KV cache of one replica.
+
+    num_gpu_blocks: KV blocks the replica holds (computed elsewhere from GPU memory x
+        gpu_memory_utilization - weights, per tensor-parallel rank); taken as given here.
+    """
+
+    num_gpu_blocks: int
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+
+    def __post_init__(self) -> None:
+        if self.num_gpu_blocks < 1:
+            raise ValueError(f"num_gpu_blocks must be >= 1, got {self.num_gpu_blocks}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+
+    @property
+    def num_tokens(self) -> int:
+        """KV capacity of the replica in tokens."""
+        return self.num_gpu_blocks * self.block_size
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaConfig:
+    """One vLLM engine (one replica, all its tensor-parallel GPUs)."""
+
+    cache: CacheConfig
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    label: str = "replica"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterConfig:
+    """Identical replicas behind one router."""
+
+    replica: ReplicaConfig
+    num_replicas: int = 1
+    router: RouterPolicy = RouterPolicy.ROUND_ROBIN
+
+    def __post_init__(self) -> None:
+        if self.num_replicas < 1:
+            raise ValueError(f"num_replicas must be >= 1, got {self.num_replicas}")
+
+
+@dataclass(frozen=True, slots=True)
+class SimulationOptions:
+    """How the simulation runs (not part of the simulated deployment).
+
+    sample_interval_s: simulated seconds between samples of each replica's gauges and counters.
+    horizon_s: stop at this simulated time; requests still in flight finish with "abort".
+        None runs until every request has finished.
+    max_fast_forward_steps: longest stretch of pure-decode steps priced as one event;
+        None = unbounded, 1 = price every engine step separately (slow; for cross-checks).
+    debug_checks: verify the KV-cache and scheduler invariants after every event (slow).
+    """
+
+    sample_interval_s: float = 1.0
+    horizon_s: float | None = None
+    max_fast_forward_steps: int | None = None
+    debug_checks: bool = False
+
+    def __post_init__(self) -> None:
+        if not (self.sample_interval_s > 0 and math.isfinite(self.sample_interval_s)):
+            raise ValueError(f"sample_interval_s must be > 0, got {self.sample_interval_s}")
+        if self.horizon_s is not None and not self.horizon_s >= 0:
+            raise ValueError(f"horizon_s must be >= 0, got {self.horizon_s}")
+        if self.max_fast_forward_steps is not None and self.max_fast_forward_steps < 1:
+            raise ValueError("max_fast_forward_steps must be >= 1 or None")

@@ -1,0 +1,270 @@
+"""One replica as the event loop sees it: its scheduler, the step in flight, and what it logs.
+
+A step in flight is either one step priced alone (prefill, preemption, ...) or a stretch of k
+pure-decode steps priced at once with ExecutionTimePredictor.decode_steps_time_s. A stretch ends
+early ("cut") at the first step boundary after a request arrives that could join the batch; its
+state at any instant inside is known in closed form, which is how samples are taken.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+
+import numpy as np
+
+from models.execution_time import ExecutionTimePredictor, StepShape
+from models.serving.config import ReplicaConfig, SimulationOptions
+from models.serving.records import (
+    SERIES_FIELDS,
+    ReplicaRecord,
+    ReplicaSeries,
+    RequestRecord,
+    StepLog,
+)
+from models.serving.replica_scheduler import STEP_DECODE, STEP_IDLE, ReplicaScheduler
+from models.serving.request import Request
+
+_IDLE = 0
+_WAKE = 1  # woken by an arrival; schedules once every arrival at that instant is queued
+_SINGLE = 2
+_STRETCH = 3
+
+
+class Replica:
+    """A vLLM engine: scheduler + execution-time predictor + step log + sampled metrics."""
+
+    def __init__(
+        self,
+        index: int,
+        config: ReplicaConfig,
+        predictor: ExecutionTimePredictor,
+        options: SimulationOptions,
+        sink: list[RequestRecord],
+    ) -> None:
+        self.index = index
+        self.config = config
+        self.scheduler = ReplicaScheduler(index, config, sink)
+        self.predictor = predictor
+        self.max_fast_forward_steps = options.max_fast_forward_steps
+        self.debug_checks = options.debug_checks
+        self.version = 0  # bumped whenever the pending event time changes
+        self.state = _IDLE
+        self.t0 = 0.0
+        self.t_end = 0.0
+        self.duration = 0.0
+        self.k = 0
+        self.shape = StepShape()
+        # Step log, one row per event, in typed arrays: rows are not Python objects, so the
+        # cyclic garbage collector never traverses them (it did, and it cost ~20 % of a run).
+        self._log_times = array("d")  # start_s, duration_s
+        self._log_counts = array("q")  # steps, num_decode, prefill_tokens, num_prefill_seqs
+        self._samples: list[tuple[float, ...]] = []
+
+    @property
+    def num_outstanding(self) -> int:
+        """Requests sent to this replica and not finished (what the router balances)."""
+        return self.scheduler.num_outstanding
+
+    # -- events ---------------------------------------------------------------------------
+
+    def accept(self, req: Request, now: float) -> float | None:
+        """A request arrives. Returns the replica's new event time if it changed."""
+        s = self.scheduler
+        if not s.add_request(req, now):
+            return None
+        state = self.state
+        if state == _IDLE:
+            self.state = _WAKE
+            self.t_end = now
+            self.version += 1
+            return now
+        if (
+            state == _STRETCH
+            and now < self.t_end
+            and len(s.waiting) == 1
+            and len(s.running) < s.max_num_seqs
+            and s.n_dec < s.max_num_batched_tokens
+        ):
+            # It could be scheduled at the next step boundary: end the stretch there. (When
+            # others wait, the head of the queue is blocked and so is this request, FCFS.)
+            steps, elapsed = self._first_boundary(now - self.t0)
+            if steps < self.k:
+                self.k = steps
+                self.duration = elapsed
+                self.t_end = self.t0 + elapsed
+                self.version += 1
+                return self.t_end
+        return None
+
+    def on_event(self, now: float) -> float | None:
+        """The step (or stretch) in flight ends at `now`: apply it and start the next one.
+        Returns the next event time, or None when the replica goes idle."""
+        s = self.scheduler
+        state = self.state
+        duration = self.duration
+        if state == _STRETCH:
+            k = self.k
+            s.complete_stretch(now, k, duration)
+            self._log_times.extend((self.t0, duration))
+            self._log_counts.extend((k, s.step_n, 0, 0))
+        elif state == _SINGLE:
+            s.complete_step(now, duration)
+            self._log_times.extend((self.t0, duration))
+            self._log_counts.extend((1, s.step_n, s.step_prefill_tokens, len(s.step_chunks)))
+        if self.debug_checks:
+            s.check()
+        return self._start(now)
+
+    def _start(self, now: float) -> float | None:
+        s = self.scheduler
+        kind = s.schedule(now)
+        if kind == STEP_DECODE:
+            k = s.plan_stretch(self.max_fast_forward_steps)
+            shape = StepShape(s.step_n, s.step_ctx)  # num_decode, decode_context_sum
+            duration = self.predictor.decode_steps_time_s(shape, k)
+            self.state = _STRETCH
+            self.k = k
+            self.shape = shape
+        elif kind == STEP_IDLE:
+            self.state = _IDLE
+            return None
+        else:
+            shape = StepShape(
+                s.step_n,
+                s.step_ctx,
+                s.step_prefill_tokens,
+                s.step_prefill_attention,
+                len(s.step_chunks),
+            )
+            duration = self.predictor.step_time_s(shape)
+            self.state = _SINGLE
+        if not duration > 0.0:
+            raise ValueError(f"predictor returned a non-positive step time {duration} for {shape}")
+        self.t0 = now
+        self.duration = duration
+        t_end = self.t_end = now + duration
+        return t_end
+
+    def _first_boundary(self, elapsed: float) -> tuple[int, float]:
+        """Smallest j in [1, k] whose first j steps of the stretch last >= elapsed, and their
+        duration."""
+        k = self.k
+        predict = self.predictor.decode_steps_time_s
+        shape = self.shape
+        # Step times do not shrink as the context grows, so the first j-1 steps take at most
+        # (j-1) mean steps: with j = ceil(elapsed / mean step), T(j-1) < elapsed holds and only
+        # T(j) >= elapsed needs a look (usually true; otherwise j is a step or two short).
+        mean_steps = elapsed * k / self.duration
+        j = max(1, min(k, math.ceil(mean_steps)))
+        t_j = self.duration if j == k else predict(shape, j)
+        while t_j < elapsed and j < k:
+            j += 1
+            t_j = self.duration if j == k else predict(shape, j)
+        if j > 1 and (self.debug_checks or mean_steps - (j - 1) < 1e-9 * j):
+            # Too close to call in floating point (or checking in debug mode): look.
+            t_prev = predict(shape, j - 1)
+            if t_prev >= elapsed:
+                if mean_steps - (j - 1) >= 1e-9 * j:
+                    raise AssertionError("predicted decode step times shrink with context")
+                j -= 1
+                t_j = t_prev
+        return j, t_j
+
+    def abort(self, now: float) -> None:
+        """End of a horizon-limited run: keep the decode steps completed by `now`, abort the
+        rest."""
+        s = self.scheduler
+        if self.state == _STRETCH and now > self.t0:
+            j, t_j = self._first_boundary(now - self.t0)
+            if t_j > now - self.t0:
+                j -= 1
+                t_j = self.shape_time(j)
+            if j > 0:
+                self.k = j
+                self.duration = t_j
+                s.complete_stretch(self.t0 + t_j, j, t_j)
+                self._log_times.extend((self.t0, t_j))
+                self._log_counts.extend((j, s.step_n, 0, 0))
+        self.state = _IDLE
+        self.version += 1
+        s.abort_all(now)
+
+    def shape_time(self, steps: int) -> float:
+        """Duration of the first `steps` steps of the stretch in flight."""
+        if steps <= 0:
+            return 0.0
+        return self.predictor.decode_steps_time_s(self.shape, steps)
+
+    # -- metrics --------------------------------------------------------------------------
+
+    def sample(self, now: float) -> None:
+        """Record gauges and counters as of `now` (state after the last completed step)."""
+        s = self.scheduler
+        generation = s.generation_tokens
+        iteration = s.iteration_tokens
+        steps = s.num_steps
+        busy = s.gpu_busy_s
+        used = s.kv.used
+        if self.state == _STRETCH and now > self.t0:
+            j, t_j = self._first_boundary(now - self.t0)
+            done = j if t_j <= now - self.t0 else j - 1
+            n = s.n_dec
+            generation += n * done
+            iteration += n * done
+            steps += done
+            busy += t_j if done == j else self.shape_time(done)
+            # blocks are allocated when a step is scheduled: steps 1..done+1 have been
+            used += s.crossings(min(done + 1, self.k)) - s.step_cross
+        self._samples.append(
+            (
+                now,
+                len(s.running),
+                len(s.waiting),
+                used / s.kv.num_blocks,
+                s.prompt_tokens,
+                generation,
+                s.prefix_cache_queries,
+                s.prefix_cache_hits,
+                s.num_preemptions,
+                s.success_stop,
+                s.success_length,
+                s.success_abort,
+                s.success_error,
+                iteration,
+                steps,
+                busy,
+            )
+        )
+
+    def record(self) -> ReplicaRecord:
+        s = self.scheduler
+        rows = np.array(self._samples, dtype=float).reshape(-1, len(SERIES_FIELDS))
+        columns = {}
+        for i, name in enumerate(SERIES_FIELDS):
+            col = rows[:, i]
+            columns[name] = (
+                col
+                if name in ("time_s", "kv_cache_usage", "gpu_busy_s")
+                else (col.astype(np.int64))
+            )
+        times = np.frombuffer(self._log_times, dtype=np.float64).reshape(-1, 2)
+        counts = np.frombuffer(self._log_counts, dtype=np.int64).reshape(-1, 4)
+        step_log = StepLog(
+            start_s=times[:, 0].copy(),
+            steps=counts[:, 0].copy(),
+            num_decode=counts[:, 1].copy(),
+            prefill_tokens=counts[:, 2].copy(),
+            num_prefill_seqs=counts[:, 3].copy(),
+            duration_s=times[:, 1].copy(),
+        )
+        return ReplicaRecord(
+            index=self.index,
+            label=self.config.label,
+            num_gpu_blocks=s.kv.num_blocks,
+            counters=s.counters(),
+            series=ReplicaSeries(columns),
+            steps=step_log,
+            resume_gaps_s=np.array(s.resume_gaps, dtype=float),
+            peak_kv_cache_usage=s.kv.peak_used / s.kv.num_blocks,
+        )
