@@ -62,6 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     calibrate.add_argument("ops_csv", metavar="OPS.csv", help="format of h200-llama-ops.csv")
     calibrate.add_argument("--gpu", default="h200", help="GPU the timings were measured on")
     calibrate.add_argument("--output", "-o", default=None, help="write coefficients JSON here")
+
+    from inferledger.simulate import add_parser as add_simulate_parser
+
+    add_simulate_parser(sub)
     return parser
 
 
@@ -110,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
             return 0
+        if args.command == "simulate":
+            from inferledger.simulate import run as run_simulate
+
+            return run_simulate(args)
     except SettingsError as exc:
         print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
         return 2

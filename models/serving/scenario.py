@@ -1,0 +1,552 @@
+"""A simulation scenario: the deployment (what `vllm serve` is told), the traffic (what
+`vllm bench serve` sends, or a mix of traffic classes), as one frozen, typed config.
+
+Every field is declared once in SCENARIO_FIELDS (name, kind, default, help); the YAML loader, the
+`inferledger simulate` flags and the docs all read that table. A bad value is a BadInputError
+whose one line names the field. run_scenario() turns a scenario into a simulation result; the
+resolved engine (KV blocks, scheduler limits) is returned beside it so every number traces to
+its inputs.
+
+    scenario = load_scenario("examples/scenarios/chat.yaml")
+    run = run_scenario(replace(scenario, num_prompts=200))
+    summarize(run.result)
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from inferledger.errors import BadInputError
+from models.gpu_catalog import Precision, get_gpu, parse_precision
+from models.model_catalog import get_model
+from models.serving.cluster import Cluster
+from models.serving.config import (
+    CacheConfig,
+    ClusterConfig,
+    ReplicaConfig,
+    RouterPolicy,
+    SchedulerConfig,
+    SimulationOptions,
+)
+from models.serving.records import SimulationResult
+from models.serving.request import RequestSpec
+from models.serving.workload import arrival_times, random_workload
+from models.steptime import RooflinePredictor, build_predictor
+
+GIB = 1 << 30
+# vLLM's OpenAI server picks larger scheduler limits on big GPUs (reference §3; arg_utils).
+LARGE_GPU_MIN_GIB = 70
+# vLLM derives max_model_len from the model's config (max_position_embeddings); the catalog has
+# no such field yet, and every model in it is a Llama-3.1 with a 128 Ki context.
+DEFAULT_MAX_MODEL_LEN = 131072
+_KV_CACHE_DTYPES = {
+    "auto": None,
+    "bfloat16": Precision.BF16,
+    "fp8": Precision.FP8,
+    "fp8_e4m3": Precision.FP8,
+    "fp8_e5m2": Precision.FP8,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class FieldSpec:
+    """One scenario field: its kind decides parsing (int, float, rate, bool, str, choice)."""
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+    optional: bool = False  # None allowed
+    shown_default: str | None = None  # how --help shows a None default
+
+
+SCENARIO_FIELDS: tuple[FieldSpec, ...] = (
+    # the deployment (`vllm serve`)
+    FieldSpec(
+        "model",
+        "str",
+        None,
+        "model name or alias, e.g. llama-3.1-8b",
+        optional=True,
+        shown_default="required",
+    ),
+    FieldSpec(
+        "gpu",
+        "str",
+        None,
+        "GPU: A100-80GB, H100, H200, L40S, B200",
+        optional=True,
+        shown_default="required",
+    ),
+    FieldSpec("dtype", "str", "auto", "weights: auto (bf16), bf16 or fp8"),
+    FieldSpec(
+        "kv_cache_dtype",
+        "choice",
+        "auto",
+        "KV cache: auto (as the weights compute, bf16), bfloat16, fp8, fp8_e4m3, fp8_e5m2",
+        choices=tuple(_KV_CACHE_DTYPES),
+    ),
+    FieldSpec("tensor_parallel_size", "int", 1, "GPUs per replica", minimum=1),
+    FieldSpec("replicas", "int", 1, "replicas behind the router", minimum=1),
+    FieldSpec(
+        "router",
+        "choice",
+        "round_robin",
+        "how the router picks a replica",
+        choices=tuple(p.value for p in RouterPolicy),
+    ),
+    FieldSpec(
+        "max_num_seqs",
+        "int",
+        None,
+        "running requests per replica (vLLM: 1024 on GPUs >= 70 GiB but A100, else 256)",
+        minimum=1,
+        optional=True,
+        shown_default="vLLM's choice",
+    ),
+    FieldSpec(
+        "max_num_batched_tokens",
+        "int",
+        None,
+        "token budget per step (vLLM: 8192 on GPUs >= 70 GiB but A100, else 2048)",
+        minimum=1,
+        optional=True,
+        shown_default="vLLM's choice",
+    ),
+    FieldSpec(
+        "max_model_len",
+        "int",
+        None,
+        "longest prompt + output",
+        minimum=2,
+        optional=True,
+        shown_default=str(DEFAULT_MAX_MODEL_LEN),
+    ),
+    FieldSpec("gpu_memory_utilization", "float", 0.9, "fraction of GPU memory vLLM takes"),
+    FieldSpec("block_size", "int", 16, "KV-cache block, in tokens", minimum=1),
+    FieldSpec("enable_prefix_caching", "bool", True, "automatic prefix caching"),
+    # the traffic (`vllm bench serve`)
+    FieldSpec("num_prompts", "int", 1000, "requests to send", minimum=1),
+    FieldSpec("random_input_len", "int", 1024, "prompt tokens after the prefix", minimum=1),
+    FieldSpec("random_output_len", "int", 128, "output tokens", minimum=1),
+    FieldSpec("random_range_ratio", "float", 0.0, "lengths uniform in len x [1-r, 1+r]", minimum=0),
+    FieldSpec("random_prefix_len", "int", 0, "shared prefix tokens of every prompt", minimum=0),
+    FieldSpec("request_rate", "rate", math.inf, "requests per second, or inf (all at once)"),
+    FieldSpec("burstiness", "float", 1.0, "gamma shape of the gaps; 1 = Poisson"),
+    FieldSpec(
+        "max_concurrency",
+        "int",
+        None,
+        "requests in flight at most",
+        minimum=1,
+        optional=True,
+        shown_default="no limit",
+    ),
+    FieldSpec("seed", "int", 0, "random seed of the workload", minimum=0),
+)
+_FIELDS = {f.name: f for f in SCENARIO_FIELDS}
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficClass:
+    """One kind of request in a traffic mix.
+
+    weight: share of the requests (weights are normalized). input_len / output_len: mean
+    lengths, each uniform in len x [1 - range_ratio, 1 + range_ratio]. prefix_len: tokens of a
+    shared prefix (system prompt, document, repository context) before the request's own
+    tokens; num_prefixes distinct prefixes, each request drawing one uniformly. max_tokens: the
+    requests' max_tokens; outputs are clipped to it and finish with "stop" below it (None:
+    max_tokens = output length, as `vllm bench serve` with ignore_eos, finishing "length").
+    """
+
+    name: str
+    weight: float
+    input_len: int
+    output_len: int
+    range_ratio: float = 0.0
+    prefix_len: int = 0
+    num_prefixes: int = 1
+    max_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        where = f"mix class {self.name!r}"
+        if not self.name:
+            raise BadInputError("mix: every class needs a non-empty name")
+        _check_number(f"{where}: weight", self.weight, 0, exclusive=True)
+        for name in ("input_len", "output_len", "num_prefixes"):
+            _check_int(f"{where}: {name}", getattr(self, name), 1)
+        _check_int(f"{where}: prefix_len", self.prefix_len, 0)
+        _check_number(f"{where}: range_ratio", self.range_ratio, 0)
+        if self.range_ratio >= 1:
+            raise BadInputError(f"{where}: range_ratio must be < 1, got {self.range_ratio}")
+        if self.max_tokens is not None:
+            _check_int(f"{where}: max_tokens", self.max_tokens, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioConfig:
+    """A deployment and its traffic (fields: SCENARIO_FIELDS, plus an optional traffic mix that
+    replaces the random_* workload)."""
+
+    model: str | None = None
+    gpu: str | None = None
+    dtype: str = "auto"
+    kv_cache_dtype: str = "auto"
+    tensor_parallel_size: int = 1
+    replicas: int = 1
+    router: str = "round_robin"
+    max_num_seqs: int | None = None
+    max_num_batched_tokens: int | None = None
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.9
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    num_prompts: int = 1000
+    random_input_len: int = 1024
+    random_output_len: int = 128
+    random_range_ratio: float = 0.0
+    random_prefix_len: int = 0
+    request_rate: float = math.inf
+    burstiness: float = 1.0
+    max_concurrency: int | None = None
+    seed: int = 0
+    mix: tuple[TrafficClass, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        for spec in SCENARIO_FIELDS:
+            _validate(spec, getattr(self, spec.name))
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise BadInputError(
+                f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}"
+            )
+        if self.random_range_ratio >= 1:
+            raise BadInputError(f"random_range_ratio must be < 1, got {self.random_range_ratio}")
+        if not self.request_rate > 0:
+            raise BadInputError(f"request_rate must be > 0 or inf, got {self.request_rate}")
+        if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
+            raise BadInputError(f"burstiness must be > 0, got {self.burstiness}")
+        names = [c.name for c in self.mix]
+        if len(set(names)) != len(names):
+            raise BadInputError("mix: class names must be unique")
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, JSON-safe data (an infinite request rate is written "inf", as vLLM does)."""
+        out = asdict(self)
+        out["request_rate"] = "inf" if math.isinf(self.request_rate) else self.request_rate
+        out["mix"] = [asdict(c) for c in self.mix]
+        return out
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInputError(f"{name} must be an integer, got {value!r}")
+    if value < low:
+        raise BadInputError(f"{name} must be >= {low}, got {value}")
+
+
+def _check_number(name: str, value: Any, low: float, exclusive: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or math.isnan(value):
+        raise BadInputError(f"{name} must be a number, got {value!r}")
+    if value < low or (exclusive and value == low):
+        raise BadInputError(f"{name} must be {'>' if exclusive else '>='} {low}, got {value}")
+
+
+def _validate(spec: FieldSpec, value: Any) -> None:
+    name = spec.name
+    if value is None:
+        if not spec.optional:
+            raise BadInputError(f"{name} must be given")
+        return
+    if spec.kind == "int":
+        _check_int(name, value, int(spec.minimum) if spec.minimum is not None else -(2**63))
+    elif spec.kind in ("float", "rate"):
+        _check_number(name, value, spec.minimum if spec.minimum is not None else -math.inf)
+    elif spec.kind == "bool":
+        if not isinstance(value, bool):
+            raise BadInputError(f"{name} must be true or false, got {value!r}")
+    elif spec.kind == "choice":
+        if value not in spec.choices:
+            raise BadInputError(f"{name} must be one of {', '.join(spec.choices)}, got {value!r}")
+    elif not isinstance(value, str) or not value.strip():
+        raise BadInputError(f"{name} must be a non-empty string, got {value!r}")
+
+
+def parse_field(name: str, raw: Any, where: str = "", label: str | None = None) -> Any:
+    """A field's value from YAML or command-line text: "12" -> 12, "inf" -> inf, "true"/"false"
+    for booleans, "none"/null for optional fields. Raises BadInputError naming the field (as
+    `label` when given, e.g. the command-line flag)."""
+    spec = _FIELDS[name]
+    label = label or f"{where}{name}"
+    if raw is None or (isinstance(raw, str) and raw.strip().lower() in ("none", "null")):
+        if spec.optional:
+            return None
+        raise BadInputError(f"{label} must be given")
+    try:
+        if spec.kind == "int":
+            if isinstance(raw, bool) or (isinstance(raw, float) and not raw.is_integer()):
+                raise ValueError
+            return int(raw) if isinstance(raw, int | float) else int(str(raw).strip(), 10)
+        if spec.kind in ("float", "rate"):
+            if isinstance(raw, bool):
+                raise ValueError
+            value = float(raw)
+            if math.isnan(value) or (math.isinf(value) and spec.kind != "rate"):
+                raise ValueError
+            return value
+        if spec.kind == "bool":
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).strip().lower()
+            if text in ("true", "yes", "1", "on"):
+                return True
+            if text in ("false", "no", "0", "off"):
+                return False
+            raise ValueError
+    except (TypeError, ValueError):
+        kind = {"int": "an integer", "bool": "true or false", "rate": "a number or inf"}
+        raise BadInputError(
+            f"{label} must be {kind.get(spec.kind, 'a number')}, got {raw!r}"
+        ) from None
+    return str(raw).strip()
+
+
+def scenario_from_mapping(data: Any, where: str = "scenario") -> ScenarioConfig:
+    """A ScenarioConfig from YAML-shaped data; every error is one line naming the field."""
+    if not isinstance(data, Mapping):
+        raise BadInputError(f"{where} must be a mapping of scenario fields")
+    unknown = sorted(str(k) for k in data if k not in _FIELDS and k != "mix")
+    if unknown:
+        raise BadInputError(
+            f"{where}: unknown field(s) {', '.join(unknown)} "
+            f"(known: {', '.join([*_FIELDS, 'mix'])})"
+        )
+    values = {k: parse_field(k, v, f"{where}: ") for k, v in data.items() if k != "mix"}
+    try:
+        values["mix"] = _mix_from_data(data.get("mix"), where)
+        return ScenarioConfig(**values)
+    except BadInputError as exc:
+        text = str(exc)
+        raise BadInputError(text if text.startswith(where) else f"{where}: {text}") from None
+
+
+_CLASS_FIELDS = {f.name: f for f in fields(TrafficClass)}
+
+
+def _mix_from_data(raw: Any, where: str) -> tuple[TrafficClass, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list) or not raw:
+        raise BadInputError(f"{where}: mix must be a non-empty list of traffic classes")
+    classes = []
+    for i, entry in enumerate(raw):
+        at = f"{where}: mix[{i}]"
+        if not isinstance(entry, Mapping):
+            raise BadInputError(f"{at} must be a mapping (name, weight, input_len, ...)")
+        unknown = sorted(str(k) for k in entry if k not in _CLASS_FIELDS)
+        if unknown:
+            raise BadInputError(
+                f"{at}: unknown field(s) {', '.join(unknown)} (known: {', '.join(_CLASS_FIELDS)})"
+            )
+        missing = [k for k in ("name", "weight", "input_len", "output_len") if k not in entry]
+        if missing:
+            raise BadInputError(f"{at}: missing field(s) {', '.join(missing)}")
+        try:
+            classes.append(TrafficClass(**{str(k): v for k, v in entry.items()}))
+        except BadInputError as exc:
+            raise BadInputError(f"{at}: {exc}") from None
+    return tuple(classes)
+
+
+def load_scenario(path: str | Path) -> ScenarioConfig:
+    """Read a scenario YAML file."""
+    where = str(path)
+    try:
+        text = Path(path).read_text("utf-8")
+    except OSError as exc:
+        raise BadInputError(f"scenario file {where}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f" (line {mark.line + 1})" if mark is not None else ""
+        raise BadInputError(f"scenario file {where} is not valid YAML{line}") from None
+    return scenario_from_mapping(data if data is not None else {}, where)
+
+
+# --- from a scenario to a simulation ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedEngine:
+    """What the scenario's deployment comes to once vLLM's defaults are applied."""
+
+    model: str
+    gpu: str
+    weight_dtype: str
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    num_gpu_blocks: int
+    kv_cache_tokens: int
+    block_size: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    enable_prefix_caching: bool
+    gpu_memory_utilization: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def scheduler_defaults(gpu: str) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that vLLM's OpenAI server picks for a GPU."""
+    spec = get_gpu(gpu)
+    if spec.memory_bytes / GIB >= LARGE_GPU_MIN_GIB and not spec.name.upper().startswith("A100"):
+        return 1024, 8192
+    return 256, 2048
+
+
+def resolve_engine(scenario: ScenarioConfig) -> tuple[ResolvedEngine, RooflinePredictor]:
+    """The engine config and step-time predictor of the scenario's deployment."""
+    if scenario.model is None:
+        raise BadInputError("model is required (--model, or 'model' in the scenario)")
+    if scenario.gpu is None:
+        raise BadInputError("gpu is required (--gpu, or 'gpu' in the scenario)")
+    model = get_model(scenario.model)
+    gpu = get_gpu(scenario.gpu)
+    weights = parse_precision(scenario.dtype, "dtype")
+    kv = _KV_CACHE_DTYPES[scenario.kv_cache_dtype]
+    predictor = build_predictor(model, gpu, weights, scenario.tensor_parallel_size, kv)
+    blocks = predictor.num_gpu_blocks(scenario.gpu_memory_utilization, scenario.block_size)
+    seqs, tokens = scheduler_defaults(gpu.name)
+    max_num_seqs = scenario.max_num_seqs if scenario.max_num_seqs is not None else seqs
+    batched = scenario.max_num_batched_tokens
+    batched = batched if batched is not None else tokens
+    if batched < max_num_seqs:
+        raise BadInputError(
+            f"max_num_batched_tokens ({batched}) must be >= max_num_seqs ({max_num_seqs})"
+        )
+    max_model_len = scenario.max_model_len or DEFAULT_MAX_MODEL_LEN
+    kv_tokens = blocks * scenario.block_size
+    if kv_tokens < max_model_len:
+        # vLLM refuses to start when one request of max_model_len cannot fit the KV cache.
+        raise BadInputError(
+            f"the KV cache holds {kv_tokens} tokens, fewer than max_model_len {max_model_len}: "
+            "lower --max-model-len, raise --gpu-memory-utilization or use more GPUs"
+        )
+    engine = ResolvedEngine(
+        model=model.name,
+        gpu=gpu.name,
+        weight_dtype=str(weights),
+        kv_cache_dtype=str(kv or Precision.BF16),
+        tensor_parallel_size=scenario.tensor_parallel_size,
+        num_gpu_blocks=blocks,
+        kv_cache_tokens=kv_tokens,
+        block_size=scenario.block_size,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=batched,
+        max_model_len=max_model_len,
+        enable_prefix_caching=scenario.enable_prefix_caching,
+        gpu_memory_utilization=scenario.gpu_memory_utilization,
+    )
+    return engine, predictor
+
+
+def cluster_config(scenario: ScenarioConfig, engine: ResolvedEngine) -> ClusterConfig:
+    replica = ReplicaConfig(
+        CacheConfig(engine.num_gpu_blocks, engine.block_size, engine.enable_prefix_caching),
+        SchedulerConfig(
+            max_num_seqs=engine.max_num_seqs,
+            max_num_batched_tokens=engine.max_num_batched_tokens,
+            max_model_len=engine.max_model_len,
+        ),
+    )
+    return ClusterConfig(replica, scenario.replicas, RouterPolicy(scenario.router))
+
+
+def make_workload(scenario: ScenarioConfig) -> list[RequestSpec]:
+    """The scenario's requests, from its seed alone. Each request's context carries its
+    max_tokens (and traffic class), which vLLM's telemetry reports."""
+    rng = np.random.default_rng(scenario.seed)
+    n = scenario.num_prompts
+    if not scenario.mix:
+        specs = random_workload(
+            rng,
+            num_prompts=n,
+            input_len=scenario.random_input_len,
+            output_len=scenario.random_output_len,
+            range_ratio=scenario.random_range_ratio,
+            prefix_len=scenario.random_prefix_len,
+            request_rate=scenario.request_rate,
+            burstiness=scenario.burstiness,
+        )
+        return [replace(s, context={"max_tokens": s.max_tokens}) for s in specs]
+    mix = scenario.mix
+    times = arrival_times(rng, n, scenario.request_rate, scenario.burstiness)
+    weights = np.array([c.weight for c in mix], dtype=float)
+    kinds = rng.choice(len(mix), size=n, p=weights / weights.sum())
+    draws = rng.random((n, 3))
+    specs = []
+    for i in range(n):
+        c = mix[int(kinds[i])]
+        request_id = f"{c.name}-{i}"
+        in_len = _uniform_len(c.input_len, c.range_ratio, draws[i, 0])
+        out_len = _uniform_len(c.output_len, c.range_ratio, draws[i, 1])
+        max_tokens = out_len if c.max_tokens is None else c.max_tokens
+        out_len = min(out_len, max_tokens)
+        prompt: tuple[tuple[str, int], ...] = ((request_id, in_len),)
+        if c.prefix_len:
+            k = min(int(draws[i, 2] * c.num_prefixes), c.num_prefixes - 1)
+            prompt = ((f"{c.name}/prefix-{k}", c.prefix_len), *prompt)
+        specs.append(
+            RequestSpec(
+                request_id=request_id,
+                arrival_s=float(times[i]),
+                prompt=prompt,
+                output_tokens=out_len,
+                max_tokens=max_tokens,
+                context={"max_tokens": max_tokens, "traffic_class": c.name},
+            )
+        )
+    return specs
+
+
+def _uniform_len(mean: int, ratio: float, u: float) -> int:
+    """An integer uniform in [mean(1-ratio), mean(1+ratio)] (at least 1), from u in [0, 1)."""
+    low = max(1, int(mean * (1 - ratio)))
+    high = max(low, int(mean * (1 + ratio)))
+    return low + min(int(u * (high - low + 1)), high - low)
+
+
+@dataclass(frozen=True, slots=True)
+class ScenarioRun:
+    """A scenario, the engine it resolved to, and the simulation's result."""
+
+    scenario: ScenarioConfig
+    engine: ResolvedEngine
+    result: SimulationResult
+
+    def config_dict(self) -> dict[str, Any]:
+        """Everything the run depended on, as plain data (written beside every result)."""
+        return {
+            "scenario": self.scenario.to_dict(),
+            "engine": self.engine.to_dict(),
+            "simulation": self.result.config_dict(),
+        }
+
+
+def run_scenario(scenario: ScenarioConfig, options: SimulationOptions | None = None) -> ScenarioRun:
+    """Simulate the scenario. The same scenario always gives the same result."""
+    engine, predictor = resolve_engine(scenario)
+    cluster = Cluster(cluster_config(scenario, engine), predictor, options)
+    result = cluster.run(make_workload(scenario), max_concurrency=scenario.max_concurrency)
+    return ScenarioRun(scenario, engine, result)
