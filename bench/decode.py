@@ -1,15 +1,20 @@
-"""Micro-benchmark of OTLP trace decoding: upb parse alone, the C decoder, the Python decoder.
+"""Micro-benchmark of OTLP trace decoding: upb parse alone, the C decoder, the Python decoder,
+and OTLP/JSON (json_to_protobuf, then the default decoder) with json.loads alone as its floor.
 
 Builds N spans (default 200,000, in requests of 2,000) shaped like vLLM's: 14 attributes per span
 (ids, model, token counts, six latencies, sampling parameters, route) and two resource
-attributes. Prints plain ``name value`` lines, e.g. ``decode_c_spans_per_s 812345``.
+attributes; the JSON runs on the first --json-spans of them, written as MessageToDict writes them
+(int64 as strings, enum names) with hex ids. Prints plain ``name value`` lines, e.g.
+``decode_c_spans_per_s 812345``.
 
-    .venv/bin/python bench/decode.py [--spans 200000] [--batch 2000] [--repeat 3]
+    .venv/bin/python bench/decode.py [--spans 200000] [--repeat 3] [--json-spans 20000]
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import json
 import random
 import sys
 import time
@@ -18,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -88,6 +94,22 @@ def build_requests(total: int, batch: int, seed: int = 7) -> list[bytes]:
     return payloads
 
 
+def to_otlp_json(payload: bytes) -> bytes:
+    """The same request as OTLP/JSON: MessageToDict's output with the ids turned to hex."""
+    document = json_format.MessageToDict(ExportTraceServiceRequest.FromString(payload))
+    for resource_spans in document.get("resourceSpans", []):
+        for scope_spans in resource_spans.get("scopeSpans", []):
+            for span in scope_spans.get("spans", []):
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex()
+    return json.dumps(document).encode()
+
+
+def _decode_json(body: bytes) -> object:
+    return otlp_decode.decode_traces(otlp_decode.json_to_protobuf(body))
+
+
 def spans_per_second(
     run: Callable[[bytes], object], payloads: list[bytes], spans: int, repeat: int
 ) -> float:
@@ -112,6 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch", type=int, default=2_000)
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
     parser.add_argument("--python-repeat", type=int, default=1)
+    parser.add_argument("--json-spans", type=int, default=20_000, help="JSON runs on this many")
     args = parser.parse_args(argv)
 
     payloads = build_requests(args.spans, args.batch)
@@ -134,6 +157,15 @@ def main(argv: list[str] | None = None) -> None:
         otlp_decode.decode_traces_python, payloads, spans, args.python_repeat
     )
     print(f"decode_python_spans_per_s {py_rate:.0f}")
+
+    json_payloads = [to_otlp_json(p) for p in payloads[: max(1, args.json_spans // args.batch)]]
+    json_spans = len(json_payloads) * args.batch
+    print(f"json_spans {json_spans}")
+    print(f"json_bytes_per_span {sum(map(len, json_payloads)) / json_spans:.0f}")
+    loads_rate = spans_per_second(json.loads, json_payloads, json_spans, args.repeat)
+    print(f"json_loads_spans_per_s {loads_rate:.0f}")
+    json_rate = spans_per_second(_decode_json, json_payloads, json_spans, args.repeat)
+    print(f"decode_json_spans_per_s {json_rate:.0f}")
 
 
 if __name__ == "__main__":

@@ -23,12 +23,10 @@ from __future__ import annotations
 import base64
 import json
 import math
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
@@ -393,75 +391,11 @@ def _dumps(obj: Any) -> str:
 
 # --- OTLP/JSON --------------------------------------------------------------------------------
 
-_HEX_ID = re.compile(r"(?:[0-9a-fA-F]{2})*")
-_ID_FIELDS = (("traceId", "trace_id"), ("spanId", "span_id"), ("parentSpanId", "parent_span_id"))
-_LINK_ID_FIELDS = (("traceId", "trace_id"), ("spanId", "span_id"))
-
 
 def json_to_protobuf(body: bytes) -> bytes:
     """OTLP/JSON (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding) to a
-    serialized ExportTraceServiceRequest.
+    serialized ExportTraceServiceRequest; the work is in ingest/otlp_json.py."""
+    # Imported here: otlp_json imports OtlpDecodeError from this module.
+    from ingest.otlp_json import json_to_protobuf as encode
 
-    Ids are hex in OTLP/JSON but json_format reads bytes fields as base64, which would silently
-    give wrong ids, so they are rewritten to base64 first. Unknown fields are ignored (the spec
-    says so); enums may be integers or names; int64 values may be strings or numbers.
-    """
-    try:
-        text = body.decode("utf-8")
-    except UnicodeDecodeError:
-        raise OtlpDecodeError("OTLP/JSON body is not valid UTF-8") from None
-    try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise OtlpDecodeError(
-            f"OTLP/JSON body is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise OtlpDecodeError("OTLP/JSON body is nested too deeply") from None
-    if not isinstance(document, dict):
-        raise OtlpDecodeError("OTLP/JSON body must be a JSON object")
-    _hex_ids_to_base64(document)
-    request = ExportTraceServiceRequest()
-    try:
-        json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    except json_format.ParseError as exc:
-        message = " ".join(str(exc).split())
-        if len(message) > 300:
-            message = message[:297] + "..."
-        raise OtlpDecodeError(f"invalid OTLP/JSON: {message}") from None
-    return request.SerializeToString()
-
-
-def _children(parent: dict[str, Any], *names: str) -> list[tuple[str, int, dict[str, Any]]]:
-    """(name, index, element) for the dict elements of the list under either spelling."""
-    found = []
-    for name in names:
-        items = parent.get(name)
-        if isinstance(items, list):
-            found.extend((name, i, item) for i, item in enumerate(items) if isinstance(item, dict))
-    return found
-
-
-def _hex_ids_to_base64(document: dict[str, Any]) -> None:
-    # json_format accepts both the JSON names and the proto field names, so walk both spellings.
-    for rs_name, r, resource_spans in _children(document, "resourceSpans", "resource_spans"):
-        for ss_name, s, scope_spans in _children(resource_spans, "scopeSpans", "scope_spans"):
-            for span_name, i, span in _children(scope_spans, "spans"):
-                path = f"{rs_name}[{r}].{ss_name}[{s}].{span_name}[{i}]"
-                _rewrite_ids(span, _ID_FIELDS, path)
-                for link_name, k, link in _children(span, "links"):
-                    _rewrite_ids(link, _LINK_ID_FIELDS, f"{path}.{link_name}[{k}]")
-
-
-def _rewrite_ids(obj: dict[str, Any], fields: tuple[tuple[str, str], ...], path: str) -> None:
-    for names in fields:
-        for name in names:
-            value = obj.get(name)
-            if not isinstance(value, str) or not value:
-                continue  # absent, empty (unset) or not a string: json_format judges those
-            if not _HEX_ID.fullmatch(value):
-                raise OtlpDecodeError(
-                    f"{path}.{name} must be a hex string (OTLP/JSON encodes ids as hex, not base64)"
-                )
-            # A wrong length is not a request error: the span decoder rejects that span.
-            obj[name] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+    return encode(body)

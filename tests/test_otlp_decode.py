@@ -1,9 +1,9 @@
-"""The OTLP trace decoder: exact tables, span rejections, wire-format errors, OTLP/JSON, and the
-C decoder checked against the Python reference (differential property tests and fuzzing)."""
+"""The OTLP trace decoder: exact tables, span rejections, wire-format errors, and the C decoder
+checked against the Python reference (differential property tests and fuzzing). OTLP/JSON is in
+tests/test_otlp_json.py."""
 
 from __future__ import annotations
 
-import base64
 import json
 import math
 import random
@@ -11,7 +11,6 @@ import struct
 
 import pyarrow as pa
 import pytest
-from google.protobuf import json_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -36,7 +35,6 @@ from ingest.otlp_decode import (
     OtlpDecodeError,
     decode_traces,
     decode_traces_python,
-    json_to_protobuf,
 )
 
 NEEDS_C = pytest.mark.skipif(
@@ -1000,159 +998,6 @@ def test_fuzzed_payloads_only_decode_or_raise_decode_error() -> None:
         except AssertionError:
             disagreements.append((data, "tables differ", ""))
     assert not disagreements[:3]
-
-
-# --- OTLP/JSON --------------------------------------------------------------------------------
-
-
-def to_otlp_json(request: ExportTraceServiceRequest) -> dict:
-    """MessageToDict writes ids as base64; OTLP/JSON wants hex."""
-    document = json_format.MessageToDict(request)
-    for resource_spans in document.get("resourceSpans", []):
-        for scope_spans in resource_spans.get("scopeSpans", []):
-            for span in scope_spans.get("spans", []):
-                for obj in [span, *span.get("links", [])]:
-                    for name in ("traceId", "spanId", "parentSpanId"):
-                        if name in obj:
-                            obj[name] = base64.b64decode(obj[name]).hex()
-    return document
-
-
-@pytest.mark.parametrize("use_c", DECODERS)
-def test_otlp_json_decodes_like_protobuf(use_c: bool) -> None:
-    request = rich_request()
-    body = json.dumps(to_otlp_json(request)).encode()
-    assert_same(
-        decode_traces(json_to_protobuf(body), use_c=use_c),
-        decode_traces(request.SerializeToString(), use_c=use_c),
-    )
-
-
-def test_otlp_json_accepts_numbers_strings_enum_names_upper_hex_and_unknown_fields() -> None:
-    body = {
-        "resourceSpans": [
-            {
-                "resource": {
-                    "attributes": [{"key": "service.name", "value": {"stringValue": "s"}}],
-                    "futureField": {"x": 1},
-                },
-                "scopeSpans": [
-                    {
-                        "spans": [
-                            {
-                                "traceId": TRACE_HEX.upper(),
-                                "spanId": SPAN_HEX,
-                                "parentSpanId": "",
-                                "name": "op",
-                                "kind": "SPAN_KIND_CLIENT",
-                                "startTimeUnixNano": T0,
-                                "endTimeUnixNano": str(T0 + 5),
-                                "attributes": [
-                                    {"key": "n", "value": {"intValue": "12"}},
-                                    {"key": "m", "value": {"intValue": 13}},
-                                ],
-                                "status": {"code": 2},
-                                "somethingNew": True,
-                            }
-                        ]
-                    }
-                ],
-            }
-        ],
-        "extra": [1, 2],
-    }
-    decoded = decode_both(json_to_protobuf(json.dumps(body).encode()))
-    row = decoded.spans.to_pylist()[0]
-    assert (row["trace_id"], row["span_id"], row["parent_span_id"]) == (TRACE_HEX, SPAN_HEX, None)
-    assert (row["kind"], row["status_code"], row["end_ns"]) == (3, 2, T0 + 5)
-    assert row["attributes"] == [("n", "12"), ("m", "13")]
-
-
-def test_otlp_json_accepts_proto_field_names() -> None:
-    body = {
-        "resource_spans": [
-            {
-                "scope_spans": [
-                    {
-                        "spans": [
-                            {
-                                "trace_id": TRACE_HEX,
-                                "span_id": SPAN_HEX,
-                                "name": "op",
-                                "start_time_unix_nano": "1",
-                                "end_time_unix_nano": "2",
-                                "links": [{"trace_id": "ab" * 16, "span_id": "cd" * 8}],
-                            }
-                        ]
-                    }
-                ]
-            }
-        ]
-    }
-    row = decode_both(json_to_protobuf(json.dumps(body).encode())).spans.to_pylist()[0]
-    assert row["trace_id"] == TRACE_HEX
-    assert json.loads(row["links"])[0]["trace_id"] == "ab" * 16
-
-
-def test_otlp_json_wrong_length_hex_rejects_only_that_span() -> None:
-    document = to_otlp_json(
-        ExportTraceServiceRequest(
-            resource_spans=[ResourceSpans(scope_spans=[ScopeSpans(spans=[make_span()] * 2)])]
-        )
-    )
-    document["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["traceId"] = "abcd"
-    decoded = decode_both(json_to_protobuf(json.dumps(document).encode()))
-    assert decoded.spans.num_rows == 1
-    assert decoded.errors == (
-        "resource_spans[0].scope_spans[0].spans[1]: trace_id must be 16 bytes, got 2",
-    )
-
-
-@pytest.mark.parametrize(
-    ("where", "bad"),
-    [("traceId", "AQIDBAUGBwgJCgsMDQ4PEA=="), ("spanId", "0102030405060708x"), ("spanId", "abc")],
-)
-def test_otlp_json_rejects_ids_that_are_not_hex(where: str, bad: str) -> None:
-    document = to_otlp_json(ExportTraceServiceRequest.FromString(request_of(make_span())))
-    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0][where] = bad
-    with pytest.raises(OtlpDecodeError) as caught:
-        json_to_protobuf(json.dumps(document).encode())
-    assert str(caught.value) == (
-        f"resourceSpans[0].scopeSpans[0].spans[0].{where} must be a hex string "
-        "(OTLP/JSON encodes ids as hex, not base64)"
-    )
-
-
-def test_otlp_json_rejects_base64_link_ids_with_their_path() -> None:
-    span = make_span(links=[Span.Link(trace_id=TRACE, span_id=SPAN)])
-    document = to_otlp_json(ExportTraceServiceRequest.FromString(request_of(span)))
-    link = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["links"][0]
-    link["spanId"] = base64.b64encode(SPAN).decode()
-    with pytest.raises(OtlpDecodeError, match=r"spans\[0\]\.links\[0\]\.spanId must be a hex"):
-        json_to_protobuf(json.dumps(document).encode())
-
-
-@pytest.mark.parametrize(
-    ("body", "message"),
-    [
-        (b"{", "OTLP/JSON body is not valid JSON: Expecting property name"),
-        (b"\xff{}", "OTLP/JSON body is not valid UTF-8"),
-        (b"[]", "OTLP/JSON body must be a JSON object"),
-        (b'"x"', "OTLP/JSON body must be a JSON object"),
-        (b'{"resourceSpans": 5}', "invalid OTLP/JSON: "),
-        (b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"name": []}]}]}]}', "invalid OTLP/JSON"),
-        (b"[" * 100_000 + b"]" * 100_000, "OTLP/JSON body is nested too deeply"),
-    ],
-)
-def test_otlp_json_errors_are_one_clear_line(body: bytes, message: str) -> None:
-    with pytest.raises(OtlpDecodeError) as caught:
-        json_to_protobuf(body)
-    assert str(caught.value).startswith(message)
-    assert "\n" not in str(caught.value) and "Traceback" not in str(caught.value)
-
-
-def test_otlp_json_empty_object_is_an_empty_request() -> None:
-    assert json_to_protobuf(b"{}") == b""
 
 
 # --- a real exporter --------------------------------------------------------------------------
