@@ -79,6 +79,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_METRIC_PERCENTILES,
         help=f"comma-separated percentiles, e.g. 25,50,99 [default: {DEFAULT_METRIC_PERCENTILES}]",
     )
+    from inferledger.sim_server import add_serve_arguments
+
+    add_serve_arguments(parser)
     return parser
 
 
@@ -164,6 +167,13 @@ def result_json(
 def run(args: argparse.Namespace) -> int:
     """Run the simulation the flags describe; print the result block. Errors the user can fix
     raise BadInputError (the CLI prints one line and exits 2)."""
+    if args.serve:
+        from inferledger.sim_server import (
+            serve_options_from_scenario,
+            serve_simulation,
+        )
+
+        return serve_simulation(serve_options_from_scenario(args, scenario_from_args(args)))
     metrics = parse_percentile_metrics(args.percentile_metrics)
     percentiles = parse_metric_percentiles(args.metric_percentiles)
     scenario = scenario_from_args(args)

@@ -4,6 +4,10 @@ Events are (a) request arrivals, taken from the caller's iterable in arrival ord
 of each replica's step or stretch in flight, from one heap, and (c) metric samples every
 sample_interval_s. At equal times arrivals come first (so a step starting at t sees every request
 that arrived at t), then step ends, then samples.
+
+ClusterState holds one run's replicas, router, heap and sampling clock and applies single
+events; Cluster.run drives it over a whole workload, models/serving/live.py one request and one
+instant at a time.
 """
 
 from __future__ import annotations
@@ -14,10 +18,104 @@ from heapq import heappop, heappush, heapreplace
 
 from models.execution_time import ExecutionTimePredictor
 from models.serving.config import ClusterConfig, SimulationOptions
-from models.serving.records import RequestRecord, SimulationResult
+from models.serving.records import ReplicaRecord, RequestRecord, SimulationResult
 from models.serving.replica import Replica
 from models.serving.request import Request, RequestSpec
 from models.serving.router import make_router
+
+
+class ClusterState:
+    """One run's mutable state: replicas, router, the heap of replica event times, the sampling
+    clock, and the sink of finished requests. The caller decides the order of events (arrivals
+    before step ends at equal times); this class applies them one at a time."""
+
+    def __init__(
+        self,
+        config: ClusterConfig,
+        predictor: ExecutionTimePredictor,
+        options: SimulationOptions,
+    ) -> None:
+        self.sink: list[RequestRecord] = []
+        self.replicas = [
+            Replica(i, config.replica, predictor, options, self.sink)
+            for i in range(config.num_replicas)
+        ]
+        self.router = make_router(config.router, self.replicas)
+        # (event time, replica index, replica version); an entry whose version is stale was
+        # superseded (its stretch was cut short) and is dropped when it reaches the top.
+        self.heap: list[tuple[float, int, int]] = []
+        self.sent = 0  # requests that have arrived; each one's seq_no
+        self.interval = options.sample_interval_s
+        self.sample_base = 0.0
+        self.sample_idx = 0
+        self.next_sample = math.inf  # no samples until start_sampling()
+
+    def start_sampling(self, start: float) -> None:
+        """Sample every interval on the grid that contains `start`, from its last point <=
+        start."""
+        self.sample_base = math.floor(start / self.interval) * self.interval
+        self.sample_idx = 0
+        self.next_sample = self.sample_base
+
+    def next_event_s(self) -> float:
+        """Time of the earliest pending replica event (possibly a superseded one), or inf."""
+        return self.heap[0][0] if self.heap else math.inf
+
+    def arrive(
+        self, spec: RequestSpec, now: float, replica: int | None = None
+    ) -> tuple[Request, int]:
+        """A request arrives at `now`: route it (or send it straight to `replica`, bypassing the
+        router) and hand it to its replica. Returns the engine's request and the replica
+        index."""
+        req = Request(spec, self.sent, now)
+        self.sent += 1
+        i = self.router.route(req) if replica is None else replica
+        rep = self.replicas[i]
+        t_next = rep.accept(req, now)
+        if t_next is not None:
+            heappush(self.heap, (t_next, i, rep.version))
+        return req, i
+
+    def pop_event(self) -> int:
+        """Apply the earliest pending replica event. Returns its replica index, or -1 when the
+        entry was superseded (nothing happened)."""
+        heap = self.heap
+        th, i, version = heap[0]
+        rep = self.replicas[i]
+        if version != rep.version:
+            heappop(heap)
+            return -1
+        t_next = rep.on_event(th)
+        if t_next is not None:
+            heapreplace(heap, (t_next, i, rep.version))
+        else:
+            heappop(heap)
+        return i
+
+    def sample_before(self, t: float) -> None:
+        """Take every sample due strictly before `t`."""
+        interval = self.interval
+        while self.next_sample < t:
+            for rep in self.replicas:
+                rep.sample(self.next_sample)
+            self.sample_idx += 1
+            self.next_sample = self.sample_base + self.sample_idx * interval
+
+    def sample_final(self, now: float) -> None:
+        """The samples due up to `now` inclusive, then one at `now` itself (final values of
+        every counter) unless a grid sample fell exactly there."""
+        self.sample_before(math.nextafter(now, math.inf))
+        if self.sample_base + (self.sample_idx - 1) * self.interval < now:
+            for rep in self.replicas:
+                rep.sample(now)
+
+    def abort(self, now: float) -> None:
+        """Finish every request in flight with "abort" (end of a horizon-limited run)."""
+        for rep in self.replicas:
+            rep.abort(now)
+
+    def replica_records(self) -> tuple[ReplicaRecord, ...]:
+        return tuple(rep.record() for rep in self.replicas)
 
 
 class Cluster:
@@ -46,33 +144,24 @@ class Cluster:
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         options = self.options
-        sink: list[RequestRecord] = []
-        replicas = [
-            Replica(i, self.config.replica, self.predictor, options, sink)
-            for i in range(self.config.num_replicas)
-        ]
-        router = make_router(self.config.router, replicas)
+        state = ClusterState(self.config, self.predictor, options)
+        sink = state.sink
+        heap = state.heap
         horizon = options.horizon_s if options.horizon_s is not None else math.inf
-        interval = options.sample_interval_s
         limit = max_concurrency if max_concurrency is not None else math.inf
 
-        heap: list[tuple[float, int, int]] = []
         specs_iter = iter(specs)
         spec = next(specs_iter, None)
         if spec is None:
-            records = tuple(rep.record() for rep in replicas)
-            return SimulationResult(self.config, options, (), records, 0.0, 0.0)
+            return SimulationResult(self.config, options, (), state.replica_records(), 0.0, 0.0)
         start = spec.arrival_s
-        sample_base = math.floor(start / interval) * interval
-        sample_idx = 0
-        next_sample = sample_base
+        state.start_sampling(start)
         last_arrival = -math.inf
         gate_open = -math.inf  # when the concurrency limit last let a request through
-        sent = 0
         now = start
         limited = max_concurrency is not None
         while True:
-            if spec is None or (limited and sent - len(sink) >= limit):
+            if spec is None or (limited and state.sent - len(sink) >= limit):
                 ta = math.inf
             else:
                 ta = spec.arrival_s
@@ -83,20 +172,12 @@ class Cluster:
             if t == math.inf:
                 break
             if t > horizon:
-                while next_sample < horizon:
-                    for rep in replicas:
-                        rep.sample(next_sample)
-                    sample_idx += 1
-                    next_sample = sample_base + sample_idx * interval
+                state.sample_before(horizon)
                 now = horizon
-                for rep in replicas:
-                    rep.abort(horizon)
+                state.abort(horizon)
                 break
-            while next_sample < t:
-                for rep in replicas:
-                    rep.sample(next_sample)
-                sample_idx += 1
-                next_sample = sample_base + sample_idx * interval
+            if state.next_sample < t:
+                state.sample_before(t)
             now = t
             if ta <= th:
                 if spec.arrival_s < last_arrival:  # type: ignore[union-attr]
@@ -104,42 +185,20 @@ class Cluster:
                         f"request specs must be sorted by arrival_s: {spec.request_id}"  # type: ignore[union-attr]
                     )
                 last_arrival = spec.arrival_s  # type: ignore[union-attr]
-                req = Request(spec, sent, ta)  # type: ignore[arg-type]
-                sent += 1
-                i = router.route(req)
-                rep = replicas[i]
-                t_next = rep.accept(req, ta)
-                if t_next is not None:
-                    heappush(heap, (t_next, i, rep.version))
+                state.arrive(spec, ta)  # type: ignore[arg-type]
                 spec = next(specs_iter, None)
             else:
-                _, i, version = heap[0]
-                rep = replicas[i]
-                if version != rep.version:
-                    heappop(heap)  # superseded (its stretch was cut short)
-                    continue
-                at_limit = limited and sent - len(sink) >= limit
-                t_next = rep.on_event(th)
-                if t_next is not None:
-                    heapreplace(heap, (t_next, i, rep.version))
-                else:
-                    heappop(heap)
-                if at_limit and sent - len(sink) < limit:
+                at_limit = limited and state.sent - len(sink) >= limit
+                state.pop_event()
+                if at_limit and state.sent - len(sink) < limit:
                     gate_open = th
-        while next_sample <= now:
-            for rep in replicas:
-                rep.sample(next_sample)
-            sample_idx += 1
-            next_sample = sample_base + sample_idx * interval
-        if sample_base + (sample_idx - 1) * interval < now:
-            for rep in replicas:
-                rep.sample(now)  # final values of every counter
+        state.sample_final(now)
         records = sorted(sink, key=_arrival_order)
         return SimulationResult(
             config=self.config,
             options=options,
             requests=tuple(records),
-            replicas=tuple(rep.record() for rep in replicas),
+            replicas=state.replica_records(),
             start_s=start,
             end_s=now,
         )

@@ -190,6 +190,31 @@ class Replica:
         self.version += 1
         s.abort_all(now)
 
+    # -- progress inside a stretch (live mode: streaming tokens as the steps end) ------------
+
+    @property
+    def stretch_in_flight(self) -> bool:
+        """A stretch of pure-decode steps is in flight; its steps end one by one until t_end."""
+        return self.state == _STRETCH
+
+    def stretch_steps_done(self, now: float) -> int:
+        """Steps of the stretch in flight that have ended by `now` (0 when none is in flight).
+        They are final: a cut only ever drops steps that end after the cutting arrival."""
+        if self.state != _STRETCH or now <= self.t0:
+            return 0
+        j, t_j = self._first_boundary(now - self.t0)
+        return j if t_j <= now - self.t0 else j - 1
+
+    def next_step_end_s(self, now: float) -> float:
+        """When the next engine step ends after `now` (inf when idle)."""
+        if self.state == _IDLE:
+            return math.inf
+        if self.state == _STRETCH:
+            done = self.stretch_steps_done(now)
+            if done < self.k:
+                return self.t0 + self.shape_time(done + 1)
+        return self.t_end
+
     def shape_time(self, steps: int) -> float:
         """Duration of the first `steps` steps of the stretch in flight."""
         if steps <= 0:

@@ -1,0 +1,771 @@
+"""`inferledger simulate --serve`: the serving simulator as a stand-in vLLM server.
+
+One process serves an OpenAI-compatible API (completions and chat, streaming or not) in front of
+a LiveCluster (models/serving/live.py), plus what a vLLM deployment exposes for observability:
+each replica's `/metrics` in vLLM's exposition, a dcgm-exporter page, and `llm_request` spans
+over OTLP/HTTP. docs/sim-server.md is the user's guide (ports, flags, token-estimation rule,
+limits). inferledger/sim_openai.py holds the protocol (validation, token estimation, response
+shapes), inferledger/sim_engine.py the simulation and span-export threads.
+
+Threads, as in inferledger/server.py: waitress's worker threads answer HTTP and wait on events;
+ONE simulation thread owns the LiveCluster, maps wall time to virtual time
+(virtual = speed x (wall - start)), submits arrivals, advances the clock to each step end that
+matters and wakes the requests whose tokens or records are ready. A span exporter thread posts
+finished requests' spans in batches from a bounded queue and never blocks a request.
+
+Listeners (one waitress server, one socket each):
+  --port P             the router: API for the whole cluster, /metrics of every replica
+                       (engine="0".."N-1", as one vLLM API server with data parallelism)
+  P + 1 + i            replica i alone: API sent straight to it, its /metrics (engine="0")
+  --dcgm-port (9400)   dcgm-exporter's /metrics for every GPU of every replica
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import re
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from waitress import create_server, wasyncore
+from waitress.server import BaseWSGIServer
+
+from inferledger.errors import InferLedgerError, SettingsError
+from inferledger.sim_engine import (
+    LAG_BUCKETS_S,
+    PendingRequest,
+    SimEngine,
+    SpanExporter,
+    VirtualClock,
+    traces_url,
+)
+from inferledger.sim_openai import (
+    ApiError,
+    ApiLimits,
+    ChunkWriter,
+    ParsedRequest,
+    dumps,
+    event,
+    finish_reason,
+    full_response,
+    parse_request,
+)
+from models.execution_time import ExecutionTimePredictor
+from models.serving.config import ClusterConfig, SimulationOptions
+from models.serving.live import LiveCluster
+from models.serving.records import ReplicaRecord, RequestRecord
+from models.serving.telemetry import GpuMetricsTimeline, ReplicaMetricsTimeline
+from models.steptime import RooflinePredictor
+
+log = logging.getLogger(__name__)
+
+DCGM_HOST_PREFIX = "sim-gpu-node-"  # Hostname label of the simulated GPU hosts
+MAX_BODY_BYTES = 32 << 20
+_SSE_HEADERS = [
+    ("Content-Type", "text/event-stream; charset=utf-8"),
+    ("Cache-Control", "no-cache"),
+]
+_JSON = "application/json"
+_PROM = "text/plain; version=0.0.4; charset=utf-8"
+_WAIT_POLL_S = 1.0  # how often a waiting request thread checks the simulation thread is alive
+
+
+# --- metrics pages ----------------------------------------------------------------------------
+
+_FAMILY_START = re.compile(r"^# HELP (\S+)")
+
+
+def merge_expositions(pages: Sequence[str]) -> str:
+    """Pages with the same families in the same order (one per engine) → one page with each
+    family's HELP/TYPE once, followed by its samples from every page in turn. A family starts
+    at its `# HELP` line, as every page rendered here writes it."""
+    order: list[str] = [""]  # "": samples before any HELP line (none in our pages)
+    headers: dict[str, list[str]] = {"": []}
+    samples: dict[str, list[str]] = {"": []}
+    for page in pages:
+        family = ""
+        in_header = False
+        for line in page.splitlines():
+            m = _FAMILY_START.match(line)
+            if m:
+                family = m.group(1)
+                in_header = True
+                if family not in headers:
+                    order.append(family)
+                    headers[family] = [line]
+                    samples[family] = []
+                continue
+            if line.startswith("#"):
+                if in_header and len(headers[family]) < 2:
+                    headers[family].append(line)
+                continue
+            in_header = False
+            samples[family].append(line)
+    out = []
+    for family in order:
+        out.extend(headers[family])
+        out.extend(samples[family])
+    return "\n".join(out) + "\n"
+
+
+# --- HTTP -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SimServeOptions:
+    """Everything `inferledger simulate --serve` needs: the deployment (cluster, predictor,
+    names) and the server's own flags."""
+
+    cluster: ClusterConfig
+    predictor: ExecutionTimePredictor
+    served_model_names: tuple[str, ...]
+    host: str = "127.0.0.1"
+    port: int = 8000  # 0: every listener on a free port (tests)
+    dcgm_port: int | None = 9400  # None: no dcgm-exporter page
+    speed: float = 1.0
+    otlp_traces_endpoint: str | None = None
+    threads: int = 256
+    sample_interval_s: float = 1.0
+    drain_timeout_s: float = 5.0
+    # labels of vllm:cache_config_info, as `vllm serve` was told
+    gpu_memory_utilization: float = 0.9
+    cache_dtype: str = "auto"
+    service_name: str = field(default_factory=lambda: os.environ.get("OTEL_SERVICE_NAME", "vllm"))
+
+    def __post_init__(self) -> None:
+        if not self.served_model_names:
+            raise SettingsError("at least one served model name is needed")
+        if not 1 <= self.threads <= 4096:
+            raise SettingsError(f"--threads must be in 1..4096, got {self.threads}")
+        for name, port in (("--port", self.port), ("--dcgm-port", self.dcgm_port)):
+            if port is not None and not 0 <= port <= 65535:
+                raise SettingsError(f"{name} must be in 0..65535, got {port}")
+        if self.port and self.port + self.cluster.num_replicas > 65535:
+            raise SettingsError("--port + the number of replicas must stay below 65536")
+        VirtualClock(self.speed)  # validates the speed
+        if isinstance(self.predictor, RooflinePredictor) and 8 % self.predictor.profile.tp:
+            raise SettingsError("the dcgm-exporter page needs a tensor-parallel size dividing 8")
+
+
+@dataclass(frozen=True, slots=True)
+class _Listener:
+    role: str  # "router", "replica", "dcgm"
+    replica: int | None
+    sock: socket.socket
+
+
+class SimServer:
+    """The HTTP face of the simulation: SimServer(options).bind(), then serve_forever() until
+    SIGTERM/SIGINT or request_stop()."""
+
+    def __init__(self, options: SimServeOptions) -> None:
+        self.options = options
+        cluster = options.cluster
+        sched, cache = cluster.replica.scheduler, cluster.replica.cache
+        kv_tokens = cache.num_gpu_blocks * cache.block_size
+        self.max_model_len = min(sched.max_model_len, kv_tokens + 1)
+        if self.max_model_len < sched.max_model_len:
+            # vLLM refuses to start in this case; the simulator lowers the limit instead.
+            log.warning(
+                "max_model_len %d does not fit the KV cache (%d tokens); serving at most %d",
+                sched.max_model_len,
+                kv_tokens,
+                self.max_model_len,
+            )
+        self.limits = ApiLimits(options.served_model_names, self.max_model_len, cache.block_size)
+        self.model_name = options.served_model_names[0]
+        self.created = int(time.time())
+        self.epoch_ns = time.time_ns()
+        self.clock = VirtualClock(options.speed)
+        sim_options = SimulationOptions(sample_interval_s=options.sample_interval_s)
+        self.live = LiveCluster(cluster, options.predictor, sim_options)
+        self.exporter: SpanExporter | None = None
+        if options.otlp_traces_endpoint:
+            self.exporter = SpanExporter(
+                traces_url(options.otlp_traces_endpoint),
+                epoch_ns=self.epoch_ns,
+                resource={"service.name": options.service_name},
+            )
+        self.engine = SimEngine(
+            self.live, self.clock, self.exporter.offer if self.exporter else None
+        )
+        self._listeners: list[_Listener] = []
+        self._roles: dict[str, _Listener] = {}
+        self._inflight = 0
+        self._inflight_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.ready = threading.Event()
+        # http_requests_total of each listener, as vLLM's prometheus_fastapi_instrumentator
+        # counts them: (port, handler, method, status class) → count
+        self.http_requests: dict[tuple[str, str, str, str], int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def addresses(self) -> dict[str, tuple[str, int]]:
+        """Where each listener is: "router", "replica0".., "dcgm" → (host, port)."""
+        out = {}
+        for lst in self._listeners:
+            name = lst.role if lst.replica is None else f"replica{lst.replica}"
+            host, port = lst.sock.getsockname()[:2]
+            out[name] = (str(host), int(port))
+        return out
+
+    def bind(self) -> SimServer:
+        """Open every listening socket (so that a port in use fails before anything starts)."""
+        opts = self.options
+        plan: list[tuple[str, int | None, int]] = [("router", None, opts.port)]
+        for i in range(opts.cluster.num_replicas):
+            plan.append(("replica", i, opts.port + 1 + i if opts.port else 0))
+        if opts.dcgm_port is not None:
+            plan.append(("dcgm", None, opts.dcgm_port if opts.port else 0))
+        try:
+            for role, replica, port in plan:
+                family = socket.AF_INET6 if ":" in opts.host else socket.AF_INET
+                sock = socket.socket(family, socket.SOCK_STREAM)
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind((opts.host, port))
+                except OSError as exc:
+                    sock.close()
+                    raise SettingsError(f"cannot listen on {opts.host}:{port}: {exc}") from None
+                self._listeners.append(_Listener(role, replica, sock))
+        except SettingsError:
+            for lst in self._listeners:
+                lst.sock.close()
+            self._listeners = []
+            raise
+        self._roles = {str(lst.sock.getsockname()[1]): lst for lst in self._listeners}
+        return self
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    def serve_forever(self, install_signal_handlers: bool = True) -> int:
+        """Serve until SIGTERM/SIGINT (or request_stop()), then shut down; returns 0."""
+        if not self._listeners:
+            self.bind()
+        opts = self.options
+        server = create_server(
+            self.wsgi_app,
+            sockets=[lst.sock for lst in self._listeners],
+            threads=opts.threads,
+            # Every streamed response holds a worker thread and a connection until it ends.
+            connection_limit=max(100, 4 * opts.threads),
+            ident="inferledger-sim",
+            max_request_body_size=MAX_BODY_BYTES,
+            channel_timeout=300,
+            clear_untrusted_proxy_headers=True,
+        )
+        socket_map = server.map if hasattr(server, "map") else server._map
+        dispatchers = [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]
+        if install_signal_handlers:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(sig, lambda *_: self._stop.set())
+        self.engine.start()
+        if self.exporter is not None:
+            self.exporter.start()
+        loop = threading.Thread(target=server.run, name="http-loop", daemon=True)
+        loop.start()
+        self.ready.set()
+        addrs = self.addresses
+        print(
+            f"inferledger simulate --serve: model {self.model_name!r}, "
+            f"{opts.cluster.num_replicas} replica(s), speed {opts.speed:g}x\n"
+            + "".join(f"  {name:<9} http://{h}:{p}\n" for name, (h, p) in addrs.items()),
+            end="",
+            flush=True,
+        )
+        try:
+            while not self._stop.wait(0.5):
+                if not loop.is_alive():
+                    log.error("HTTP loop stopped unexpectedly")
+                    break
+                if not self.engine.alive:
+                    log.error("simulation thread stopped unexpectedly")
+                    break
+        finally:
+            self._shutdown(server, socket_map, dispatchers, loop)
+        log.info("simulator stopped cleanly")
+        return 0
+
+    def _shutdown(
+        self,
+        server: Any,
+        socket_map: dict[Any, Any],
+        dispatchers: list[Any],
+        loop: threading.Thread,
+    ) -> None:
+        """Stop accepting; let in-flight requests finish (drain_timeout_s), abort the rest in
+        the simulation so their responses end with finish_reason "abort"; flush spans."""
+        self.ready.clear()
+        self.engine.stop_accepting()
+        trigger = dispatchers[0].trigger if dispatchers else None
+        if trigger is not None:
+            # As in inferledger/server.py: close the listening sockets inside the loop thread,
+            # through the base close (waitress's own also closes the trigger we still need).
+            trigger.pull_trigger(lambda: [wasyncore.dispatcher.close(d) for d in dispatchers])
+        self._wait_inflight(self.options.drain_timeout_s)
+        if self._inflight:
+            log.warning("aborting %d request(s) still in flight", self._inflight)
+            self.engine.abort_all()
+            self._wait_inflight(5.0)
+        time.sleep(0.05)  # let the loop flush the last responses
+        self.engine.stop()
+        if self.exporter is not None:
+            self.exporter.stop()
+        if trigger is not None and loop.is_alive():
+            trigger.pull_trigger(lambda: wasyncore.close_all(socket_map))
+            loop.join(5)
+        if loop.is_alive():
+            wasyncore.close_all(socket_map)
+            loop.join(5)
+        if hasattr(server, "task_dispatcher"):
+            server.task_dispatcher.shutdown(timeout=5)
+
+    def _wait_inflight(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self._inflight and time.monotonic() < deadline:
+            time.sleep(0.02)
+
+    # ------------------------------------------------------------------ WSGI
+    def wsgi_app(
+        self, environ: dict[str, Any], start_response: Callable[..., Any]
+    ) -> Iterable[bytes]:
+        with self._inflight_lock:
+            self._inflight += 1
+        done = True
+        try:
+            status, headers, body = self._dispatch(environ)
+            start_response(_STATUS_LINES.get(status, f"{status} Status"), headers)
+            self._count(environ, status)
+            if isinstance(body, bytes):
+                return [body]
+            done = False
+            return _Closing(body, self._release)
+        finally:
+            if done:
+                self._release()
+
+    def _release(self) -> None:
+        with self._inflight_lock:
+            self._inflight -= 1
+
+    def _count(self, environ: dict[str, Any], status: int) -> None:
+        path = environ.get("PATH_INFO", "")
+        key = (
+            str(environ.get("SERVER_PORT")),
+            path if path in _KNOWN_PATHS else "none",
+            method if (method := environ.get("REQUEST_METHOD")) in _METHODS else "other",
+            f"{status // 100}xx",
+        )
+        with self._inflight_lock:
+            self.http_requests[key] = self.http_requests.get(key, 0) + 1
+
+    def _dispatch(self, environ: dict[str, Any]) -> tuple[int, list, bytes | Iterator[bytes]]:
+        listener = self._roles.get(str(environ.get("SERVER_PORT")))
+        path = environ.get("PATH_INFO", "")
+        method = environ.get("REQUEST_METHOD", "GET")
+        if listener is None:
+            return _not_found()
+        if listener.role == "dcgm":
+            if path == "/metrics" and method in ("GET", "HEAD"):
+                return 200, [("Content-Type", _PROM)], self._dcgm_page().encode()
+            return _not_found()
+        routes: dict[str, tuple[str, Callable[..., Any]]] = {
+            "/v1/completions": ("POST", lambda: self._generate(environ, listener, chat=False)),
+            "/v1/chat/completions": ("POST", lambda: self._generate(environ, listener, chat=True)),
+            "/v1/models": ("GET", self._models),
+            "/health": ("GET", lambda: (200, [], b"")),
+            "/metrics": ("GET", lambda: self._metrics(listener)),
+            "/version": ("GET", lambda: _json_response(200, {"version": "inferledger-sim"})),
+        }
+        route = routes.get(path)
+        if route is None:
+            return _not_found()
+        if method != route[0] and not (route[0] == "GET" and method == "HEAD"):
+            return 405, [("Content-Type", _JSON)], dumps({"detail": "Method Not Allowed"})
+        try:
+            return route[1]()
+        except ApiError as exc:
+            return exc.http_status, [("Content-Type", _JSON)], exc.body()
+
+    def _models(self) -> tuple[int, list, bytes]:
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": self.created,
+                "owned_by": "vllm",
+                "root": name,
+                "parent": None,
+                "max_model_len": self.max_model_len,
+                "permission": [],
+            }
+            for name in self.options.served_model_names
+        ]
+        return _json_response(200, {"object": "list", "data": data})
+
+    def _generate(
+        self, environ: dict[str, Any], listener: _Listener, *, chat: bool
+    ) -> tuple[int, list, bytes | Iterator[bytes]]:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        raw = environ["wsgi.input"].read(length) if length > 0 else environ["wsgi.input"].read()
+        try:
+            body = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ApiError(f"the request body is not valid JSON: {exc}") from None
+        parsed = parse_request(body, self.limits, chat=chat)
+        if self.engine.failure is not None:
+            raise ApiError("the simulation stopped after an internal error", status=500)
+        prefix = "chatcmpl-" if chat else "cmpl-"
+        rid = prefix + uuid.uuid4().hex
+        context = dict(parsed.params)
+        traceparent = environ.get("HTTP_TRACEPARENT")
+        if traceparent:
+            context["traceparent"] = traceparent
+            tracestate = environ.get("HTTP_TRACESTATE")
+            if tracestate:
+                context["tracestate"] = tracestate
+        pending = PendingRequest(
+            rid,
+            parsed.prompt,
+            parsed.max_tokens,  # ignore_eos: every request generates max_tokens tokens
+            max_tokens=parsed.max_tokens,
+            context=context,
+            replica=listener.replica,
+            stream=parsed.stream,
+        )
+        self.engine.submit(pending)
+        created = int(time.time())
+        if parsed.stream:
+            return 200, list(_SSE_HEADERS), self._stream(parsed, pending, rid, created)
+        record = self._wait_record(pending)
+        return _json_response(200, full_response(parsed, record, rid, created))
+
+    def _wait_record(self, pending: PendingRequest) -> RequestRecord:
+        while pending.record is None:
+            if pending.event.wait(_WAIT_POLL_S):
+                pending.event.clear()
+            elif self.engine.failure is not None or not self.engine.alive:
+                raise ApiError("the simulation stopped after an internal error", status=500)
+        return pending.record
+
+    def _stream(
+        self, parsed: ParsedRequest, pending: PendingRequest, rid: str, created: int
+    ) -> Iterator[bytes]:
+        """SSE events as the simulation produces tokens: one chunk per engine step that produced
+        some (a step's tokens together when the client reads slower than the engine steps)."""
+        writer = ChunkWriter(parsed, rid, created)
+        try:
+            while True:
+                if pending.event.wait(_WAIT_POLL_S):
+                    pending.event.clear()
+                elif self.engine.failure is not None or not self.engine.alive:
+                    error = ApiError("the simulation stopped after an internal error", status=500)
+                    yield event(json.loads(error.body()))
+                    yield b"data: [DONE]\n\n"
+                    return
+                record = pending.record
+                n = record.output_tokens if record is not None else pending.tokens
+                if n > writer.sent or record is not None:
+                    yield from writer.tokens(n, finish_reason(record))
+                if record is not None:
+                    yield from writer.usage(record)
+                    return
+        finally:
+            self.engine.abandon(pending)
+
+    # ------------------------------------------------------------------ metrics
+    def _metrics(self, listener: _Listener) -> tuple[int, list, bytes]:
+        now, replicas, records = self.engine.snapshot()
+        created = self.created
+        if listener.replica is not None:
+            page = self._replica_page(replicas[listener.replica], records, now, "0", created)
+        else:
+            pages = [
+                self._replica_page(rep, records, now, str(rep.index), created) for rep in replicas
+            ]
+            page = merge_expositions(pages) + self._own_metrics()
+        page += self._http_metrics(listener)
+        return 200, [("Content-Type", _PROM)], page.encode()
+
+    def _replica_page(
+        self,
+        replica: ReplicaRecord,
+        records: list[RequestRecord],
+        now: float,
+        engine: str,
+        created: float,
+    ) -> str:
+        timeline = ReplicaMetricsTimeline(
+            replica,
+            records,
+            model_name=self.model_name,
+            engine=engine,
+            config=self.options.cluster.replica,
+            max_model_len=self.max_model_len,
+            gpu_memory_utilization=self.options.gpu_memory_utilization,
+            cache_dtype=self.options.cache_dtype,
+            created_unix_s=created,
+        )
+        return timeline.render(now)
+
+    def _dcgm_page(self) -> str:
+        """Every GPU of every replica, as dcgm-exporters on 8-GPU hosts would show them:
+        replica i's tensor-parallel GPUs are global GPUs i*TP .. i*TP+TP-1, eight per host."""
+        predictor = self.options.predictor
+        if not isinstance(predictor, RooflinePredictor):
+            return ""  # no GPU or model to describe (a test predictor)
+        now, replicas, _ = self.engine.snapshot()
+        tp = predictor.profile.tp
+        pages = []
+        for rep in replicas:
+            first = rep.index * tp
+            timeline = GpuMetricsTimeline(
+                rep,
+                gpu=predictor.gpu,
+                model=predictor.profile,
+                hostname=f"{DCGM_HOST_PREFIX}{first // 8}",
+                first_gpu=first % 8,
+                block_size=self.options.cluster.replica.cache.block_size,
+                boot_s=0.0,
+            )
+            pages.append(timeline.render(now))
+        return merge_expositions(pages)
+
+    def _http_metrics(self, listener: _Listener) -> str:
+        port = str(listener.sock.getsockname()[1])
+        with self._inflight_lock:
+            counts = sorted((k[1:], v) for k, v in self.http_requests.items() if k[0] == port)
+        lines = [
+            "# HELP http_requests_total Total number of requests by method, status and handler.",
+            "# TYPE http_requests_total counter",
+        ]
+        for (handler, method, status), count in counts:
+            lines.append(
+                f'http_requests_total{{handler="{handler}",method="{method}",status="{status}"}} '
+                f"{float(count)!r}"
+            )
+        return "\n".join(lines) + "\n"
+
+    def _own_metrics(self) -> str:
+        e = self.engine
+        x = self.exporter
+        lines = [
+            "# HELP inferledger_sim_virtual_seconds Virtual (simulated) time of the cluster.",
+            "# TYPE inferledger_sim_virtual_seconds gauge",
+            f"inferledger_sim_virtual_seconds {self.live.now!r}",
+            "# HELP inferledger_sim_requests_in_flight Requests submitted and not finished.",
+            "# TYPE inferledger_sim_requests_in_flight gauge",
+            f"inferledger_sim_requests_in_flight {e.in_flight}",
+            "# HELP inferledger_sim_loop_busy_seconds_total Wall time the simulation thread "
+            "spent simulating.",
+            "# TYPE inferledger_sim_loop_busy_seconds_total counter",
+            f"inferledger_sim_loop_busy_seconds_total {e.busy_s!r}",
+            "# HELP inferledger_sim_publish_lag_seconds Wall delay between a step end or "
+            "finish in virtual time and its tokens or response being handed to the client.",
+            "# TYPE inferledger_sim_publish_lag_seconds histogram",
+            *_lag_buckets(e.lag_buckets),
+            f"inferledger_sim_publish_lag_seconds_sum {e.lag_sum_s!r}",
+            f"inferledger_sim_publish_lag_seconds_count {e.lag_count}",
+            "# HELP inferledger_sim_publish_lag_max_seconds Worst publication lag so far.",
+            "# TYPE inferledger_sim_publish_lag_max_seconds gauge",
+            f"inferledger_sim_publish_lag_max_seconds {e.max_lag_s!r}",
+        ]
+        if x is not None:
+            lines += [
+                "# HELP inferledger_sim_spans_exported_total llm_request spans accepted by the "
+                "OTLP endpoint.",
+                "# TYPE inferledger_sim_spans_exported_total counter",
+                f"inferledger_sim_spans_exported_total {x.exported}",
+                "# HELP inferledger_sim_spans_dropped_total llm_request spans dropped.",
+                "# TYPE inferledger_sim_spans_dropped_total counter",
+                'inferledger_sim_spans_dropped_total{reason="queue_full"} '
+                f"{x.dropped_queue_full}",
+                f'inferledger_sim_spans_dropped_total{{reason="export_failed"}} '
+                f"{x.dropped_export_failed}",
+            ]
+        return "\n".join(lines) + "\n"
+
+
+def _lag_buckets(per_bucket: Sequence[int]) -> list[str]:
+    lines = []
+    total = 0
+    for bound, count in zip((*LAG_BUCKETS_S, math.inf), per_bucket, strict=True):
+        total += count
+        le = "+Inf" if bound == math.inf else repr(bound)
+        lines.append(f'inferledger_sim_publish_lag_seconds_bucket{{le="{le}"}} {total}')
+    return lines
+
+
+class _Closing:
+    """A streamed body that reports when waitress is done with it (finished or disconnected)."""
+
+    def __init__(self, body: Iterator[bytes], on_close: Callable[[], None]) -> None:
+        self._body = body
+        self._on_close = on_close
+        self._closed = False
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._body
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self._on_close()
+
+
+_KNOWN_PATHS = frozenset(
+    {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/version"}
+)
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_STATUS_LINES = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    413: "413 Payload Too Large",
+    500: "500 Internal Server Error",
+    503: "503 Service Unavailable",
+}
+
+
+def _json_response(status: int, obj: Any) -> tuple[int, list, bytes]:
+    return status, [("Content-Type", _JSON)], dumps(obj)
+
+
+def _not_found() -> tuple[int, list, bytes]:
+    return 404, [("Content-Type", _JSON)], dumps({"detail": "Not Found"})
+
+
+# --- command line -----------------------------------------------------------------------------
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of `inferledger simulate --serve` (the deployment's own flags — model, GPU,
+    replicas — belong to `inferledger simulate`)."""
+    group = parser.add_argument_group("serving (--serve)")
+    group.add_argument(
+        "--serve",
+        action="store_true",
+        help="run as a stand-in vLLM server (OpenAI API, /metrics, traces) instead of a batch run",
+    )
+    group.add_argument("--host", default="127.0.0.1", help="listen address [127.0.0.1]")
+    group.add_argument(
+        "--port",
+        type=int,
+        default=8000,
+        help="router/API port; replica i listens on PORT+1+i; 0 = free ports [8000]",
+    )
+    group.add_argument(
+        "--dcgm-port",
+        type=int,
+        default=9400,
+        help="dcgm-exporter page port; -1 = none [9400]",
+    )
+    group.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="virtual seconds per wall second (1 = real time) [1]",
+    )
+    group.add_argument(
+        "--served-model-name",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help="model name(s) the API accepts; the first labels metrics [the model's name]",
+    )
+    group.add_argument(
+        "--otlp-traces-endpoint",
+        default=None,
+        metavar="URL",
+        help="post llm_request spans here (OTLP/HTTP protobuf, e.g. http://host:4318/v1/traces)",
+    )
+    group.add_argument(
+        "--threads", type=int, default=256, help="HTTP worker threads = streams at once [256]"
+    )
+
+
+def serve_options_from_scenario(args: argparse.Namespace, scenario: Any) -> SimServeOptions:
+    """SimServeOptions from add_serve_arguments' flags and the deployment half of an
+    `inferledger simulate` scenario (models.serving.scenario.ScenarioConfig; its traffic
+    fields are not used: clients send the traffic)."""
+    from models.serving.scenario import cluster_config, resolve_engine
+
+    engine, predictor = resolve_engine(scenario)
+    if args.speed is None or not (args.speed > 0 and math.isfinite(args.speed)):
+        raise SettingsError(f"--speed must be a finite number > 0, got {args.speed}")
+    return SimServeOptions(
+        cluster=cluster_config(scenario, engine),
+        predictor=predictor,
+        # vLLM serves the --model string as given; the catalog's own name is accepted too.
+        served_model_names=tuple(
+            args.served_model_name or dict.fromkeys((scenario.model, engine.model))
+        ),
+        host=args.host,
+        port=args.port,
+        dcgm_port=None if args.dcgm_port < 0 else args.dcgm_port,
+        speed=args.speed,
+        otlp_traces_endpoint=args.otlp_traces_endpoint,
+        threads=args.threads,
+        gpu_memory_utilization=engine.gpu_memory_utilization,
+        cache_dtype=scenario.kv_cache_dtype,
+    )
+
+
+def serve_simulation(options: SimServeOptions) -> int:
+    """Run the simulator as a server until SIGTERM/SIGINT; returns the exit code (0)."""
+    if not logging.getLogger().handlers:
+        logging.basicConfig(
+            level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        )
+    server = SimServer(options)
+    server.bind()
+    return server.serve_forever()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m inferledger.sim_server [simulate flags] [serve flags]`: the same as
+    `inferledger simulate --serve ...`, without going through the CLI's command list."""
+    from inferledger import simulate
+
+    parser = argparse.ArgumentParser(prog="python -m inferledger.sim_server")
+    command = simulate.add_parser(parser.add_subparsers(dest="command"))
+    if "--serve" not in command._option_string_actions:  # not wired into `simulate` yet
+        add_serve_arguments(command)
+    args = parser.parse_args(["simulate", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return serve_simulation(
+            serve_options_from_scenario(args, simulate.scenario_from_args(args))
+        )
+    except SettingsError as exc:
+        print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    except InferLedgerError as exc:
+        print(f"inferledger: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,729 @@
+"""`inferledger simulate --serve`: the simulator behind a real OpenAI-compatible HTTP server on
+loopback (speed 50x so that tests are quick), and the LiveCluster it runs on.
+
+Nothing of ours is mocked: requests go over real sockets; the OTLP endpoint is a real
+`inferledger serve` (in-process) or, for failure cases, a port nobody listens on.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+import requests
+
+from inferledger.sim_openai import (
+    DEFAULT_MAX_TOKENS,
+    estimate_tokens,
+    filler_text,
+    render_chat,
+    text_segments,
+)
+from inferledger.sim_server import SimServeOptions, SimServer, merge_expositions
+from ingest.prom_text import parse_exposition
+from models.serving import (
+    CacheConfig,
+    Cluster,
+    ClusterConfig,
+    ReplicaConfig,
+    RouterPolicy,
+    SchedulerConfig,
+    SimulationOptions,
+    random_workload,
+)
+from models.serving.live import LiveCluster
+from models.steptime import build_predictor
+from tests.conftest import ROOT, free_port
+
+MODEL = "llama-3.1-8b"
+SPEED = 50.0
+MAX_MODEL_LEN = 8192
+
+
+@pytest.fixture(scope="module")
+def predictor():
+    return build_predictor(MODEL, "h200")
+
+
+def _url(address: tuple[str, int]) -> str:
+    return f"http://{address[0]}:{address[1]}"
+
+
+class Sim:
+    """A SimServer serving on free loopback ports from a thread of the test process."""
+
+    def __init__(self, server: SimServer, thread: threading.Thread) -> None:
+        self.server = server
+        self.thread = thread
+        addrs = server.addresses
+        self.url = _url(addrs["router"])
+        self.replica_urls = [
+            _url(addrs[f"replica{i}"]) for i in range(server.options.cluster.num_replicas)
+        ]
+        self.dcgm_url = _url(addrs["dcgm"]) if "dcgm" in addrs else None
+
+    def post(self, path: str, body: object, url: str | None = None, **kw) -> requests.Response:
+        return requests.post((url or self.url) + path, json=body, timeout=30, **kw)
+
+    def record(self, request_id: str):
+        for r in self.server.engine.records:
+            if r.request_id == request_id:
+                return r
+        raise AssertionError(f"no record for {request_id}")
+
+
+@pytest.fixture
+def sim_factory(predictor) -> Iterator:
+    made: list[Sim] = []
+
+    def make(**overrides: object) -> Sim:
+        cluster = ClusterConfig(
+            ReplicaConfig(
+                CacheConfig(predictor.num_gpu_blocks()),
+                SchedulerConfig(max_num_seqs=256, max_num_batched_tokens=2048, max_model_len=8192),
+            ),
+            num_replicas=2,
+            router=RouterPolicy.LEAST_OUTSTANDING_REQUESTS,
+        )
+        options = SimServeOptions(
+            **{
+                "cluster": cluster,
+                "predictor": predictor,
+                "served_model_names": (MODEL,),
+                "port": 0,
+                "speed": SPEED,
+                "threads": 64,
+                "drain_timeout_s": 2.0,
+                **overrides,
+            }
+        )
+        server = SimServer(options).bind()
+        thread = threading.Thread(
+            target=server.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
+        )
+        thread.start()
+        assert server.ready.wait(10), "simulator did not start"
+        sim = Sim(server, thread)
+        made.append(sim)
+        return sim
+
+    yield make
+    for sim in made:
+        sim.server.request_stop()
+        sim.thread.join(30)
+        assert not sim.thread.is_alive(), "simulator did not stop"
+
+
+@pytest.fixture
+def sim(sim_factory) -> Sim:
+    return sim_factory()
+
+
+def sse_events(resp: requests.Response) -> list:
+    """The data payloads of a text/event-stream response, parsed ([DONE] kept as a string)."""
+    assert resp.headers["Content-Type"].startswith("text/event-stream")
+    events = []
+    for line in resp.iter_lines(decode_unicode=True):
+        if not line:
+            continue
+        assert line.startswith("data: "), line
+        payload = line[len("data: ") :]
+        events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+# -- the API ----------------------------------------------------------------------------------
+
+
+def test_completion_usage_and_text_match_the_simulation(sim) -> None:
+    prompt = "The quick brown fox jumps over the lazy dog. " * 10  # 450 bytes
+    resp = sim.post("/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 20})
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["object"] == "text_completion" and body["id"].startswith("cmpl-")
+    assert body["model"] == MODEL
+    (choice,) = body["choices"]
+    assert choice["text"] == filler_text(0, 20)
+    assert choice["finish_reason"] == "length"
+    record = sim.record(body["id"])
+    assert record.prompt_tokens == estimate_tokens(prompt) == 113  # ceil(450 / 4)
+    assert body["usage"] == {
+        "prompt_tokens": 113,
+        "completion_tokens": 20,
+        "total_tokens": 133,
+        "prompt_tokens_details": {"cached_tokens": record.cached_tokens},
+    }
+    assert record.output_tokens == 20
+    # the context the span will report carries the request's parameters
+    assert record.context["max_tokens"] == 20 and record.context["temperature"] == 1.0
+
+
+def test_default_max_tokens_and_token_id_prompts(sim) -> None:
+    resp = sim.post("/v1/completions", {"model": MODEL, "prompt": [1, 2, 3, 4, 5]})
+    assert resp.status_code == 200, resp.text
+    usage = resp.json()["usage"]
+    assert usage["prompt_tokens"] == 5 and usage["completion_tokens"] == DEFAULT_MAX_TOKENS
+
+
+def test_identical_prompt_prefixes_share_the_prefix_cache(sim) -> None:
+    shared = "You are a helpful assistant who answers questions about invoices. " * 40
+    first = sim.post(
+        "/v1/completions",
+        {"model": MODEL, "prompt": shared + "Question one?", "max_tokens": 4},
+        url=sim.replica_urls[0],
+    ).json()
+    second = sim.post(
+        "/v1/completions",
+        {"model": MODEL, "prompt": shared + "Another question?", "max_tokens": 4},
+        url=sim.replica_urls[0],
+    ).json()
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    cached = second["usage"]["prompt_tokens_details"]["cached_tokens"]
+    # every full 16-token block of the shared text (64 bytes each) is a hit
+    assert cached == (len(shared.encode()) // 64) * 16 > 0
+    # the other replica has a cold cache
+    third = sim.post(
+        "/v1/completions",
+        {"model": MODEL, "prompt": shared + "Question one?", "max_tokens": 4},
+        url=sim.replica_urls[1],
+    ).json()
+    assert third["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert sim.record(third["id"]).replica == 1
+
+
+def test_streamed_completion_in_openai_chunks(sim) -> None:
+    body = {
+        "model": MODEL,
+        "prompt": "Tell me a story",
+        "max_tokens": 400,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with sim.post("/v1/completions", body, stream=True) as resp:
+        assert resp.status_code == 200
+        events = sse_events(resp)
+    assert events[-1] == "[DONE]"
+    usage_event = events[-2]
+    chunks = events[:-2]
+    assert usage_event["choices"] == [] and usage_event["usage"]["completion_tokens"] == 400
+    assert usage_event["usage"]["prompt_tokens"] == estimate_tokens("Tell me a story")
+    rid = chunks[0]["id"]
+    assert all(c["id"] == rid and c["object"] == "text_completion" for c in chunks)
+    text = "".join(c["choices"][0]["text"] for c in chunks)
+    assert text == filler_text(0, 400)
+    assert [c["choices"][0]["finish_reason"] for c in chunks[:-1]] == [None] * (len(chunks) - 1)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    # tokens come as the engine steps end (~2.6 virtual s = ~50 ms of wall time at 50x), not
+    # all at once at the finish
+    assert len(chunks) > 4
+    assert sim.record(rid).output_tokens == 400
+
+
+def test_stream_without_usage_option_ends_with_done(sim) -> None:
+    body = {"model": MODEL, "prompt": "hi", "max_tokens": 3, "stream": True}
+    with sim.post("/v1/completions", body, stream=True) as resp:
+        events = sse_events(resp)
+    assert events[-1] == "[DONE]"
+    assert all("choices" in e and e["choices"] for e in events[:-1])
+
+
+def test_chat_completion_and_streamed_chat(sim) -> None:
+    messages = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": [{"type": "text", "text": "Hello there"}]},
+    ]
+    resp = sim.post(
+        "/v1/chat/completions", {"model": MODEL, "messages": messages, "max_completion_tokens": 7}
+    )
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["object"] == "chat.completion" and body["id"].startswith("chatcmpl-")
+    message = body["choices"][0]["message"]
+    assert message["role"] == "assistant" and message["content"] == filler_text(0, 7)
+    flat = [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Hello there"},
+    ]
+    assert body["usage"]["prompt_tokens"] == estimate_tokens(render_chat(flat))
+    assert body["usage"]["completion_tokens"] == 7
+
+    stream_body = {
+        "model": MODEL,
+        "messages": messages,
+        "max_tokens": 9,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    with sim.post("/v1/chat/completions", stream_body, stream=True) as resp:
+        events = sse_events(resp)
+    chunks = events[:-2]
+    assert chunks[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}
+    assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+    text = "".join(c["choices"][0]["delta"].get("content", "") for c in chunks)
+    assert text == filler_text(0, 9)
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+    assert chunks[-1]["usage"]["completion_tokens"] == 9  # continuous usage stats
+    assert events[-2]["usage"]["total_tokens"] == events[-2]["usage"]["prompt_tokens"] + 9
+
+
+def test_models_health_and_unknown_paths(sim) -> None:
+    models = requests.get(sim.url + "/v1/models", timeout=10).json()
+    assert models["object"] == "list"
+    (card,) = models["data"]
+    assert card["id"] == MODEL and card["object"] == "model" and card["owned_by"] == "vllm"
+    assert card["max_model_len"] == MAX_MODEL_LEN
+    assert requests.get(sim.url + "/health", timeout=10).status_code == 200
+    missing = requests.get(sim.url + "/v2/nothing", timeout=10)
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    wrong = requests.get(sim.url + "/v1/completions", timeout=10)
+    assert wrong.status_code == 405
+
+
+LONG = "x" * (4 * MAX_MODEL_LEN + 4)  # MAX_MODEL_LEN + 1 tokens
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "param", "message"),
+    [
+        ("/v1/completions", {"prompt": "hi"}, 400, "model", "you must provide a model parameter"),
+        (
+            "/v1/completions",
+            {"model": "gpt-5", "prompt": "hi"},
+            404,
+            "model",
+            "The model `gpt-5` does not exist.",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL},
+            400,
+            "prompt",
+            "Missing required parameter: 'prompt'",
+        ),
+        ("/v1/completions", {"model": MODEL, "prompt": ""}, 400, "prompt", "cannot be empty"),
+        ("/v1/completions", {"model": MODEL, "prompt": ["a", "b"]}, 400, "prompt", "one prompt"),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": {"a": 1}},
+            400,
+            "prompt",
+            "must be a string",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "max_tokens": 0},
+            400,
+            "max_tokens",
+            "max_tokens must be at least 1, got 0.",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "max_tokens": -5},
+            400,
+            "max_tokens",
+            "max_tokens must be at least 1, got -5.",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "max_tokens": "ten"},
+            400,
+            "max_tokens",
+            "'max_tokens' must be an integer",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": LONG},
+            400,
+            "prompt",
+            f"This model's maximum context length is {MAX_MODEL_LEN} tokens. However, your "
+            f"request has {MAX_MODEL_LEN + 1} input tokens. Please reduce the length of the "
+            "input messages.",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "max_tokens": MAX_MODEL_LEN},
+            400,
+            "max_tokens",
+            f"'max_tokens' or 'max_completion_tokens' is too large: {MAX_MODEL_LEN}. This "
+            f"model's maximum context length is {MAX_MODEL_LEN} tokens and your request has 1 "
+            f"input tokens ({MAX_MODEL_LEN} > {MAX_MODEL_LEN} - 1).",
+        ),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "max_tokens": 5, "min_tokens": 6},
+            400,
+            "min_tokens",
+            "min_tokens must be less than or equal to max_tokens=5, got 6.",
+        ),
+        ("/v1/completions", {"model": MODEL, "prompt": "hi", "n": 2}, 400, "n", "n=1"),
+        ("/v1/completions", {"model": MODEL, "prompt": "hi", "stream": "yes"}, 400, "stream", ""),
+        (
+            "/v1/completions",
+            {"model": MODEL, "prompt": "hi", "stream_options": {"include_usage": True}},
+            400,
+            "stream_options",
+            "Stream options can only be defined when `stream=True`.",
+        ),
+        ("/v1/chat/completions", {"model": MODEL}, 400, "messages", "'messages'"),
+        ("/v1/chat/completions", {"model": MODEL, "messages": []}, 400, "messages", "non-empty"),
+        (
+            "/v1/chat/completions",
+            {"model": MODEL, "messages": [{"content": "no role"}]},
+            400,
+            "messages",
+            "string 'role'",
+        ),
+        (
+            "/v1/chat/completions",
+            {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}],
+            },
+            400,
+            "messages",
+            "only text content",
+        ),
+        ("/v1/chat/completions", [1, 2], 400, None, "must be a JSON object"),
+    ],
+)
+def test_bad_input_gets_an_openai_error_never_a_500(
+    sim, path: str, body: object, status: int, param: str | None, message: str
+) -> None:
+    resp = sim.post(path, body)
+    assert resp.status_code == status, resp.text
+    error = resp.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert message in error["message"]
+    assert error["param"] == param
+    assert error["code"] == status
+    assert error["type"] == ("NotFoundError" if status == 404 else "BadRequestError")
+
+
+def test_invalid_json_body(sim) -> None:
+    resp = requests.post(sim.url + "/v1/completions", data=b"{not json", timeout=10)
+    assert resp.status_code == 400
+    assert resp.json()["error"]["message"].startswith("the request body is not valid JSON")
+    assert sim.server.engine.in_flight == 0
+
+
+# -- telemetry --------------------------------------------------------------------------------
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    table = parse_exposition(text, "text/plain; version=0.0.4", datetime.now(UTC)).to_pylist()
+    return {(row["metric"], tuple(sorted(row["labels"]))): row["value"] for row in table}
+
+
+def _sum(samples: dict, metric: str, **labels: str) -> float:
+    return sum(
+        v
+        for (m, lab), v in samples.items()
+        if m == metric and all((k, val) in lab for k, val in labels.items())
+    )
+
+
+def test_metrics_pages_parse_and_count_the_requests_served(sim) -> None:
+    for i in range(6):
+        url = sim.replica_urls[i % 2] if i < 2 else sim.url
+        assert sim.post(
+            "/v1/completions", {"model": MODEL, "prompt": f"p{i}", "max_tokens": 5}, url=url
+        ).ok
+    router = requests.get(sim.url + "/metrics", timeout=10)
+    assert router.status_code == 200 and router.headers["Content-Type"].startswith("text/plain")
+    samples = _samples(router.text)
+    assert _sum(samples, "vllm:request_success_total", finished_reason="length") == 6
+    assert _sum(samples, "vllm:generation_tokens_total") == 30
+    engines = {dict(lab)["engine"] for (m, lab) in samples if m == "vllm:num_requests_running"}
+    assert engines == {"0", "1"}
+    assert samples[("inferledger_sim_requests_in_flight", ())] == 0
+    assert _sum(samples, "http_requests_total", handler="/v1/completions", status="2xx") == 4
+    per_replica = []
+    for url in sim.replica_urls:
+        page = _samples(requests.get(url + "/metrics", timeout=10).text)
+        per_replica.append(_sum(page, "vllm:request_success_total", finished_reason="length"))
+        assert {dict(lab)["engine"] for (m, lab) in page if m.startswith("vllm:")} == {"0"}
+    assert sum(per_replica) == 6 and min(per_replica) >= 1
+    dcgm = _samples(requests.get(sim.dcgm_url + "/metrics", timeout=10).text)
+    gpus = {dict(lab)["gpu"] for (m, lab) in dcgm if m == "DCGM_FI_DEV_GPU_UTIL"}
+    assert gpus == {"0", "1"}  # one H200 per replica
+    assert _sum(dcgm, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") > 0
+
+
+def test_merge_expositions_keeps_one_header_per_family() -> None:
+    a = '# HELP x_total X.\n# TYPE x_total counter\nx_total{engine="0"} 1.0\n'
+    b = '# HELP x_total X.\n# TYPE x_total counter\nx_total{engine="1"} 2.0\n'
+    merged = merge_expositions([a, b])
+    assert merged.count("# TYPE x_total") == 1
+    assert _sum(_samples(merged), "x_total") == 3.0
+
+
+def test_spans_join_the_callers_trace(sim_factory, live) -> None:
+    """A real `inferledger serve` is the OTLP endpoint: the spans land in its database."""
+    sim = sim_factory(otlp_traces_endpoint=live.url + "/v1/traces")
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    parent = "00f067aa0ba902b7"
+    headers = {"traceparent": f"00-{trace_id}-{parent}-01", "tracestate": "vendor=1"}
+    resp = sim.post(
+        "/v1/completions", {"model": MODEL, "prompt": "trace me", "max_tokens": 3}, headers=headers
+    )
+    plain = sim.post("/v1/completions", {"model": MODEL, "prompt": "no parent", "max_tokens": 3})
+    assert resp.ok and plain.ok
+    deadline = time.monotonic() + 15
+    rows = []
+    while time.monotonic() < deadline and len(rows) < 2:
+        time.sleep(0.2)
+        rows = live.storage.query(
+            "select trace_id, span_id, parent_span_id, trace_state, name, kind from spans"
+        ).to_dicts()
+    by_parent = {r["parent_span_id"]: r for r in rows}
+    child = by_parent[parent]
+    assert child["trace_id"] == trace_id and child["trace_state"] == "vendor=1"
+    assert child["name"] == "llm_request" and child["kind"] == 2  # SERVER
+    root = next(r for r in rows if r is not child)
+    assert root["trace_id"] != trace_id and not root["parent_span_id"]
+    exporter = sim.server.exporter
+    while exporter.exported < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # the exporter counts once it has read the receiver's answer
+    assert exporter.exported == 2 and exporter.dropped_export_failed == 0
+
+
+def test_span_export_to_a_dead_endpoint_drops_and_counts(sim_factory) -> None:
+    sim = sim_factory(otlp_traces_endpoint=f"http://127.0.0.1:{free_port()}")
+    for i in range(3):
+        assert sim.post("/v1/completions", {"model": MODEL, "prompt": f"x{i}", "max_tokens": 2}).ok
+    exporter = sim.server.exporter
+    deadline = time.monotonic() + 10
+    while exporter.dropped_export_failed < 3 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert exporter.dropped_export_failed == 3 and exporter.exported == 0
+    page = requests.get(sim.url + "/metrics", timeout=10).text
+    assert 'inferledger_sim_spans_dropped_total{reason="export_failed"} 3' in page
+
+
+# -- time and load ----------------------------------------------------------------------------
+
+
+def test_virtual_time_runs_at_the_given_speed(sim) -> None:
+    started = time.monotonic()
+    resp = sim.post("/v1/completions", {"model": MODEL, "prompt": "time", "max_tokens": 400})
+    wall = time.monotonic() - started
+    record = sim.record(resp.json()["id"])
+    # 400 decode steps of ~6.5 ms = ~2.6 virtual seconds = ~52 ms of wall time at 50x
+    assert 1.0 < record.e2e_s < 5.0
+    assert record.e2e_s / SPEED <= wall < record.e2e_s / SPEED + 1.0
+
+
+def test_concurrent_streams_all_complete(sim) -> None:
+    results: list[int] = []
+    errors: list[BaseException] = []
+
+    def one(i: int) -> None:
+        try:
+            body = {
+                "model": MODEL,
+                "prompt": f"stream number {i} " * 20,
+                "max_tokens": 50 + i,
+                "stream": True,
+                "stream_options": {"include_usage": True},
+            }
+            with sim.post("/v1/completions", body, stream=True) as resp:
+                events = sse_events(resp)
+            results.append(events[-2]["usage"]["completion_tokens"] - (50 + i))
+        except BaseException as exc:  # collected and re-raised in the test thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors[0]
+    assert results == [0] * 24
+    assert sim.server.engine.in_flight == 0
+
+
+def test_a_client_that_goes_away_mid_stream_does_not_hurt_the_server(sim) -> None:
+    body = {"model": MODEL, "prompt": "bye", "max_tokens": 2000, "stream": True}
+    with sim.post("/v1/completions", body, stream=True) as resp:
+        lines = resp.iter_lines()
+        assert next(lines).startswith(b"data: ")
+    # the engine still finishes the request (no per-request abort); the server keeps serving
+    assert sim.post("/v1/completions", {"model": MODEL, "prompt": "next", "max_tokens": 2}).ok
+
+
+def test_shutdown_aborts_what_does_not_drain_in_time(sim_factory) -> None:
+    sim = sim_factory(drain_timeout_s=0.2)
+    body = {
+        "model": MODEL,
+        "prompt": "long",
+        "max_tokens": 8000,  # ~1 s of wall time at 50x
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with sim.post("/v1/completions", body, stream=True) as resp:
+        lines = resp.iter_lines()
+        assert next(lines).startswith(b"data: ")
+        sim.server.request_stop()
+        events = [json.loads(line[6:]) for line in lines if line and line != b"data: [DONE]"]
+    assert events[-2]["choices"][0]["finish_reason"] == "abort"
+    completed = events[-1]["usage"]["completion_tokens"]
+    assert 0 < completed < 8000
+    sim.thread.join(15)
+    assert not sim.thread.is_alive()
+    (record,) = sim.server.engine.records
+    assert record.finish_reason.value == "abort" and record.output_tokens == completed
+
+
+def test_sigterm_drains_and_exits_zero(tmp_path) -> None:
+    log = tmp_path / "sim.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "inferledger.sim_server",
+                "--model",
+                MODEL,
+                "--gpu",
+                "h200",
+                "--replicas",
+                "2",
+                "--port",
+                "0",
+                "--speed",
+                str(SPEED),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=ROOT,
+        )
+    try:
+        url = None
+        deadline = time.monotonic() + 20
+        while url is None and time.monotonic() < deadline:
+            for line in log.read_text().splitlines():
+                if line.strip().startswith("router"):
+                    url = line.split()[-1]
+            time.sleep(0.05)
+        assert url, log.read_text()
+        body = {"model": MODEL, "prompt": "hello", "max_tokens": 300, "stream": True}
+        with requests.post(url + "/v1/completions", json=body, stream=True, timeout=30) as resp:
+            lines = resp.iter_lines()
+            assert next(lines).startswith(b"data: ")
+            proc.send_signal(signal.SIGTERM)
+            rest = [line for line in lines if line]
+        # the stream in flight was allowed to finish
+        assert rest[-1] == b"data: [DONE]"
+        assert json.loads(rest[-2][6:])["choices"][0]["finish_reason"] == "length"
+        assert proc.wait(20) == 0, log.read_text()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# -- LiveCluster ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("blocks", "rate"),
+    [(51_828, 40.0), (2_000, 40.0), (2_000, float("inf"))],
+    ids=["roomy", "preempting", "all-at-once"],
+)
+def test_live_cluster_matches_the_batch_cluster(predictor, blocks: int, rate: float) -> None:
+    """The same workload submitted one request at a time, with the clock advanced in between,
+    gives exactly the batch run's records, counters and sampled series."""
+    config = ClusterConfig(
+        ReplicaConfig(CacheConfig(blocks), SchedulerConfig(max_num_seqs=256)),
+        num_replicas=2,
+        router=RouterPolicy.LEAST_OUTSTANDING_REQUESTS,
+    )
+    options = SimulationOptions(sample_interval_s=0.25)
+    workload = random_workload(
+        np.random.default_rng(7),
+        num_prompts=400,
+        input_len=800,
+        output_len=200,
+        range_ratio=0.5,
+        prefix_len=100,
+        request_rate=rate,
+        start_s=2.5,
+    )
+    batch = Cluster(config, predictor, options).run(workload)
+    live = LiveCluster(config, predictor, options, start_s=workload[0].arrival_s)
+    records = []
+    handles = []
+    for i, spec in enumerate(workload):
+        handles.append(live.submit(spec, track_tokens=i % 4 == 0))
+        if i % 3 == 0 and i + 1 < len(workload):
+            records += live.advance_to(workload[i + 1].arrival_s)  # events at it wait
+        if i % 5 == 0:
+            for h in handles[-10:]:
+                if h.track_tokens:
+                    live.token_times(h)  # mid-stretch reads must not disturb anything
+    records += live.run_until_idle()
+    assert live.num_in_flight == 0
+    assert tuple(sorted(records, key=lambda r: r.arrival_s)) == batch.requests
+    if blocks == 2_000:
+        assert sum(r.num_preemptions for r in records) > 0
+    for got, want in zip(live.replica_records(), batch.replicas, strict=True):
+        assert got.counters == want.counters
+        for name in want.series.columns:
+            np.testing.assert_array_equal(got.series[name], want.series[name])
+    for h in handles:
+        if not h.track_tokens:
+            continue
+        times = live.token_times(h)
+        assert len(times) == h.record.output_tokens == live.tokens_produced(h)
+        assert times[0] == h.record.first_token_s
+        assert times[-1] == pytest.approx(h.record.last_token_s, abs=1e-12)
+        assert all(a < b for a, b in itertools.pairwise(times))
+
+
+def test_live_cluster_streams_tokens_inside_a_decode_stretch(predictor) -> None:
+    config = ClusterConfig(ReplicaConfig(CacheConfig(10_000)))
+    live = LiveCluster(config, predictor)
+    (spec,) = random_workload(
+        np.random.default_rng(0), num_prompts=1, input_len=100, output_len=500
+    )
+    handle = live.submit(spec, track_tokens=True)
+    seen = []
+    t = 0.0
+    while not handle.done:
+        t += 0.05
+        live.advance_to(t)
+        seen.append(live.tokens_produced(handle))
+    # one request decoding alone is one long stretch; its tokens still appear step by step
+    assert len(set(seen)) > 10 and seen == sorted(seen)
+    assert seen[-1] == 500 == len(live.token_times(handle))
+
+
+def test_live_cluster_refuses_time_travel_and_duplicate_ids(predictor) -> None:
+    live = LiveCluster(ClusterConfig(ReplicaConfig(CacheConfig(1000))), predictor)
+    specs = random_workload(np.random.default_rng(0), num_prompts=2, input_len=10, output_len=5)
+    live.advance_to(1.0)
+    with pytest.raises(ValueError, match="before the cluster's time"):
+        live.submit(specs[0])
+    with pytest.raises(ValueError, match="cannot go back"):
+        live.advance_to(0.5)
+    live.submit(replace(specs[0], arrival_s=1.0))
+    with pytest.raises(ValueError, match="in flight"):
+        live.submit(replace(specs[0], arrival_s=1.0))
+
+
+def test_text_segments_follow_the_estimate_and_chain() -> None:
+    a = text_segments("a" * 200, 16)
+    b = text_segments("a" * 128 + "b" * 72, 16)
+    assert [t for _, t in a] == [16, 16, 16, 2]
+    assert sum(t for _, t in a) == estimate_tokens("a" * 200)
+    assert a[:2] == b[:2] and a[2] != b[2]  # same first 128 bytes, then different
