@@ -5,6 +5,10 @@
  * buffers zero-copy with pyarrow and holds the pure-Python reference decoder; the two must give
  * identical tables, which tests/test_otlp_decode.py checks differentially.
  *
+ * decode(data, extract) also lifts the span attribute keys of a compiled Extract spec into text
+ * columns of their own, dropping them from the attributes map when the value type matches the
+ * key's kind (otlp_decode.ExtractSpec states the contract).
+ *
  * Wire-format semantics follow upb, the protobuf runtime the reference decoder parses with, so that
  * both decoders accept and reject the same bytes:
  *  - unknown fields, and known fields carrying an unexpected wire type, are skipped;
@@ -31,13 +35,14 @@
 
 /* Bumped whenever the layout of the dict returned by decode() changes; otlp_decode.py refuses a
  * stale build instead of misreading it. */
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 #define MAX_LEVEL 100 /* upb's default nesting limit for messages and groups */
 #define MAX_DEPTH 32  /* our limit on nested AnyValues (an attribute's own value is depth 1) */
 #define MAX_ERRORS 10
 #define ERR_LEN 200
 #define SMALL_KEYSET 16 /* attribute lists up to this size deduplicate by linear scan */
+#define MAX_EXTRACT 256 /* keys in one extraction spec; otlp_decode.MAX_EXTRACT_KEYS */
 
 enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_SGROUP = 3, WT_EGROUP = 4, WT_I32 = 5 };
 enum { FAIL_NONE = 0, FAIL_INPUT, FAIL_MEMORY, FAIL_PYTHON };
@@ -146,6 +151,26 @@ typedef struct {
     Segs value;
 } KV;
 
+/* An extraction spec, compiled once (ExtractSpec holds it): span attribute keys whose text gets
+ * a column of its own, found by an open-addressing hash of the key bytes. */
+typedef struct {
+    const uint8_t *p; /* into ExtractObject.bytes */
+    size_t n;
+    uint64_t hash;
+    uint32_t accept; /* bit (1 << AV_*) per value type that takes the key out of the map */
+} ExKey;
+
+typedef struct {
+    PyObject_HEAD
+    ExKey *keys;
+    int n;
+    uint64_t lengths; /* bit n set when some key is n bytes long (n < 64) */
+    size_t maxlen;
+    uint16_t *tab; /* entry = key index + 1, 0 = empty */
+    uint64_t mask;
+    uint8_t *bytes; /* the key bytes, back to back */
+} ExtractObject;
+
 typedef struct {
     const uint8_t *base;
     int fail;
@@ -157,6 +182,9 @@ typedef struct {
     Buf flags, kind, start, end, status_code, dropped_attrs, dropped_events, dropped_links,
         resource_index, scope_index;
     MapCol attrs;
+    const ExtractObject *ex; /* NULL: no extraction */
+    StrCol *ex_cols;         /* one text column per extracted key */
+    uint8_t *ex_seen;        /* per key, for the current span: 0 absent, 1 text, 2 null */
     int64_t nspans;
     /* scopes */
     Buf sc_index, sc_resource_index;
@@ -275,7 +303,7 @@ static int str_init(Ctx *c, StrCol *s) { return put_i32(c, &s->off, 0); }
 
 /* Ends the current row: its bytes are whatever was appended to s->data since the last row.
  * The validity bitmap is only built from the first null on; until then every row is valid. */
-static int str_end_row(Ctx *c, StrCol *s, int valid) {
+static int str_end_row_slow(Ctx *c, StrCol *s, int valid) {
     if (s->data.len > INT32_MAX)
         return fail_msg(c, "decoded request is too large: a string column exceeds 2 GiB");
     if (put_i32(c, &s->off, (int32_t)s->data.len) < 0) return -1;
@@ -300,6 +328,26 @@ static int str_end_row(Ctx *c, StrCol *s, int valid) {
     }
     s->n++;
     return 0;
+}
+
+/* The same, inline for the common cases: room for the offset, and no bitmap or room in it. */
+static inline int str_end_row(Ctx *c, StrCol *s, int valid) {
+    size_t byte = (size_t)(s->n >> 3);
+    if (s->off.cap - s->off.len >= 4 && s->data.len <= INT32_MAX &&
+        (s->nulls ? byte < s->valid.len : valid)) {
+        int32_t end = (int32_t)s->data.len;
+        memcpy(s->off.p + s->off.len, &end, 4);
+        s->off.len += 4;
+        if (s->nulls) {
+            unsigned char bit = (unsigned char)(1u << (s->n & 7));
+            unsigned char *v = (unsigned char *)s->valid.p + byte;
+            *v = valid ? (unsigned char)(*v | bit) : (unsigned char)(*v & ~bit);
+            s->nulls += !valid;
+        }
+        s->n++;
+        return 0;
+    }
+    return str_end_row_slow(c, s, valid);
 }
 
 static int str_add(Ctx *c, StrCol *s, const void *p, size_t n) {
@@ -1219,12 +1267,15 @@ static int put_json_value(Ctx *c, Buf *out, const Segs *segs, int depth, int lev
     return rc;
 }
 
-/* The attribute text of a top-level value; *is_null is set when the value has none. */
-static int put_value_text(Ctx *c, Buf *out, const Segs *segs, int level, int *is_null) {
+/* A value of one of these types has no text: the attribute reads as NULL. */
+static inline int text_is_null(int kind) { return kind == AV_UNSET || kind == AV_STRINDEX; }
+
+/* The attribute text of a top-level value; *kind is set to its AnyValue member (AV_*). */
+static int put_value_text(Ctx *c, Buf *out, const Segs *segs, int level, int *kind) {
     size_t top = stack_top(c);
     AnyScan a;
-    *is_null = 0;
     if (any_scan(c, segs, level, &a) < 0) return -1;
+    *kind = a.kind;
     int rc;
     double d;
     switch (a.kind) {
@@ -1238,30 +1289,108 @@ static int put_value_text(Ctx *c, Buf *out, const Segs *segs, int level, int *is
     case AV_BYTES: rc = put_base64(c, out, a.s, a.n); break;
     case AV_ARRAY:
     case AV_KVLIST: rc = put_json_container(c, out, a.kind, &a.run, 1, level + 1); break;
-    default:
-        *is_null = 1;
-        rc = 0;
+    default: rc = 0; /* unset, or a string-table index (profiles only): NULL */
     }
     stack_pop_to(c, top);
     return rc;
 }
 
-/* One KeyValue of an attribute list into a map column (ks dedups the list). */
+/* A scanned KeyValue (its value at `level`) into a map column (ks dedups the list). */
+static int map_add_scanned(Ctx *c, MapCol *m, KeySet *ks, const KV *kv, int level) {
+    int added = ks_add(ks, kv->key, kv->keyn);
+    if (added < 0) return fail_mem(c);
+    if (!added) return validate_segs(c, M_ANY_VALUE, &kv->value, level);
+    int kind;
+    if (str_add(c, &m->keys, kv->key, kv->keyn) < 0) return -1;
+    if (put_value_text(c, &m->vals.data, &kv->value, level, &kind) < 0) return -1;
+    return str_end_row(c, &m->vals, !text_is_null(kind));
+}
+
+/* One KeyValue of an attribute list into a map column. */
 static int map_add_kv(Ctx *c, MapCol *m, KeySet *ks, const uint8_t *p, size_t n, int level) {
     size_t top = stack_top(c);
     KV kv;
     if (kv_scan(c, p, n, level, &kv) < 0) return -1;
-    int added = ks_add(ks, kv.key, kv.keyn);
-    if (added < 0) return fail_mem(c);
-    if (!added) {
-        if (validate_segs(c, M_ANY_VALUE, &kv.value, level + 1) < 0) return -1;
+    if (map_add_scanned(c, m, ks, &kv, level + 1) < 0) return -1;
+    stack_pop_to(c, top);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* Extracted span attributes                                                                    */
+
+/* Word at a time: spec keys are 10-40 bytes sharing long prefixes ("gen_ai.latency.time_in_"),
+ * so every byte takes part. The last word overlaps the one before rather than being assembled
+ * byte by byte (a partial copy stalls the load that follows it). */
+static inline uint64_t ex_hash(const uint8_t *p, size_t n) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL * (uint64_t)(n + 1), w = 0;
+    if (n >= 8) {
+        const uint8_t *last = p + n - 8;
+        for (; p < last; p += 8) {
+            memcpy(&w, p, 8);
+            h = (h ^ w) * 0xff51afd7ed558ccdULL;
+            h ^= h >> 32;
+        }
+        memcpy(&w, last, 8);
     } else {
-        int is_null;
+        for (size_t i = 0; i < n; i++) w |= (uint64_t)p[i] << (8 * i);
+    }
+    h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+    return h ^ (h >> 29);
+}
+
+/* The index of key p[0..n) in the spec, or -1. */
+static inline int ex_find(const ExtractObject *x, const uint8_t *p, size_t n) {
+    if (n < 64 ? !((x->lengths >> n) & 1) : n > x->maxlen) return -1;
+    uint64_t h = ex_hash(p, n);
+    for (uint64_t j = h & x->mask;; j = (j + 1) & x->mask) {
+        unsigned e = x->tab[j];
+        if (!e) return -1;
+        const ExKey *k = &x->keys[e - 1];
+        if (k->hash == h && k->n == n && memcmp(k->p, p, n) == 0) return (int)e - 1;
+    }
+}
+
+/* One KeyValue of a span's attribute list. A key of the extraction spec has its text written to
+ * its own column, and stays in the map too unless its value type is one the spec accepts; its
+ * first occurrence is tracked in ex_seen (spec keys never reach ks, which keeps ks short). */
+static int span_add_kv(Ctx *c, KeySet *ks, const uint8_t *p, size_t n, int level) {
+    const ExtractObject *x = c->ex;
+    if (!x) return map_add_kv(c, &c->attrs, ks, p, n, level);
+    size_t top = stack_top(c);
+    KV kv;
+    if (kv_scan(c, p, n, level, &kv) < 0) return -1;
+    int i = ex_find(x, kv.key, kv.keyn);
+    if (i < 0 || c->ex_seen[i]) {
+        int rc = i < 0 ? map_add_scanned(c, &c->attrs, ks, &kv, level + 1)
+                       : validate_segs(c, M_ANY_VALUE, &kv.value, level + 1);
+        if (rc < 0) return -1;
+        stack_pop_to(c, top);
+        return 0;
+    }
+    StrCol *col = &c->ex_cols[i];
+    size_t from = col->data.len;
+    int kind;
+    if (put_value_text(c, &col->data, &kv.value, level + 1, &kind) < 0) return -1;
+    int is_null = text_is_null(kind);
+    c->ex_seen[i] = is_null ? 2 : 1;
+    if (!(x->keys[i].accept & (1u << kind))) {
+        MapCol *m = &c->attrs;
+        size_t len = col->data.len - from;
         if (str_add(c, &m->keys, kv.key, kv.keyn) < 0) return -1;
-        if (put_value_text(c, &m->vals.data, &kv.value, level + 1, &is_null) < 0) return -1;
+        if (len && append(c, &m->vals.data, col->data.p + from, len) < 0) return -1;
         if (str_end_row(c, &m->vals, !is_null) < 0) return -1;
     }
     stack_pop_to(c, top);
+    return 0;
+}
+
+/* Ends the current span's row of every extracted column: NULL where the key was absent. */
+static int ex_end_row(Ctx *c) {
+    for (int i = 0; i < c->ex->n; i++) {
+        if (str_end_row(c, &c->ex_cols[i], c->ex_seen[i] == 1) < 0) return -1;
+        c->ex_seen[i] = 0;
+    }
     return 0;
 }
 
@@ -1276,14 +1405,14 @@ static int json_add_kv(Ctx *c, Buf *out, KeySet *ks, const uint8_t *p, size_t n,
     if (!added) {
         if (validate_segs(c, M_ANY_VALUE, &kv.value, level + 1) < 0) return -1;
     } else {
-        int is_null;
+        int kind;
         if (!*first && APPEND_LIT(c, out, ",") < 0) return -1;
         *first = 0;
         if (put_json_string(c, out, kv.key, kv.keyn) < 0) return -1;
         if (APPEND_LIT(c, out, ":") < 0) return -1;
         c->tmp.len = 0;
-        if (put_value_text(c, &c->tmp, &kv.value, level + 1, &is_null) < 0) return -1;
-        if (is_null) {
+        if (put_value_text(c, &c->tmp, &kv.value, level + 1, &kind) < 0) return -1;
+        if (text_is_null(kind)) {
             if (APPEND_LIT(c, out, "null") < 0) return -1;
         } else if (put_json_string(c, out, (const uint8_t *)c->tmp.p, c->tmp.len) < 0) {
             return -1;
@@ -1539,9 +1668,10 @@ static int decode_span(Ctx *c, const uint8_t *p, size_t n, int32_t r_index, int3
     ks_reset(ks);
     for (size_t i = 0; i < nitems; i++) {
         Item it = get_item(items, i);
-        if (it.num == 9 && map_add_kv(c, &c->attrs, ks, it.seg.p, it.seg.n, level + 1) < 0) return -1;
+        if (it.num == 9 && span_add_kv(c, ks, it.seg.p, it.seg.n, level + 1) < 0) return -1;
     }
     if (map_end_row(c, &c->attrs) < 0) return -1;
+    if (c->ex && ex_end_row(c) < 0) return -1;
 
     if (put_i64(c, &c->dropped_attrs, (int64_t)d_attrs) < 0 ||
         put_i64(c, &c->dropped_events, (int64_t)d_events) < 0 ||
@@ -1730,6 +1860,13 @@ static int ctx_init(Ctx *c) {
         if (str_init(c, s) < 0) return -1;
     for (int i = 0; (m = ctx_mapcols(c, i)); i++)
         if (map_init(c, m) < 0) return -1;
+    if (c->ex) {
+        c->ex_cols = calloc((size_t)c->ex->n, sizeof *c->ex_cols);
+        c->ex_seen = calloc((size_t)c->ex->n, 1);
+        if (!c->ex_cols || !c->ex_seen) return fail_mem(c);
+        for (int i = 0; i < c->ex->n; i++)
+            if (str_init(c, &c->ex_cols[i]) < 0) return -1;
+    }
     return 0;
 }
 
@@ -1741,6 +1878,10 @@ static void ctx_free(Ctx *c) {
     for (int i = 0; (m = ctx_mapcols(c, i)); i++) map_free(m);
     for (int i = 0; (b = ctx_bufs(c, i)); i++) buf_free(b);
     for (int i = 0; i < MAX_DEPTH + 2; i++) ks_free(&c->ks[i]);
+    if (c->ex_cols)
+        for (int i = 0; i < c->ex->n; i++) str_free(&c->ex_cols[i]);
+    free(c->ex_cols);
+    free(c->ex_seen);
 }
 
 /* A read-only buffer that owns the memory a column was built in, so that pyarrow can wrap it
@@ -1820,8 +1961,14 @@ static int set_item(PyObject *d, const char *key, PyObject *value) {
 
 static PyObject *build_result(Ctx *c) {
     PyObject *out = PyDict_New(), *spans = PyDict_New(), *scopes = PyDict_New(),
-             *resources = PyDict_New(), *errors = PyList_New(0);
-    if (!out || !spans || !scopes || !resources || !errors) goto error;
+             *resources = PyDict_New(), *errors = PyList_New(0),
+             *extracted = PyTuple_New(c->ex ? c->ex->n : 0);
+    if (!out || !spans || !scopes || !resources || !errors || !extracted) goto error;
+    for (int i = 0; c->ex && i < c->ex->n; i++) {
+        PyObject *parts = str_parts(&c->ex_cols[i]);
+        if (!parts) goto error;
+        PyTuple_SET_ITEM(extracted, i, parts);
+    }
     for (int i = 0; i < c->nerrors; i++) {
         PyObject *e = PyUnicode_DecodeUTF8(c->errors[i], (Py_ssize_t)strlen(c->errors[i]), "replace");
         if (!e || PyList_Append(errors, e) < 0) {
@@ -1849,6 +1996,7 @@ static PyObject *build_result(Ctx *c) {
         set_item(spans, "links", str_parts(&c->links)) < 0 ||
         set_item(spans, "resource_index", take_buffer(&c->resource_index)) < 0 ||
         set_item(spans, "scope_index", take_buffer(&c->scope_index)) < 0 ||
+        PyDict_SetItemString(spans, "extracted", extracted) < 0 ||
         set_item(scopes, "scope_index", take_buffer(&c->sc_index)) < 0 ||
         set_item(scopes, "resource_index", take_buffer(&c->sc_resource_index)) < 0 ||
         set_item(scopes, "scope_name", str_parts(&c->sc_name)) < 0 ||
@@ -1870,6 +2018,7 @@ static PyObject *build_result(Ctx *c) {
         PyDict_SetItemString(out, "resources", resources) < 0)
         goto error;
     Py_DECREF(errors);
+    Py_DECREF(extracted);
     Py_DECREF(spans);
     Py_DECREF(scopes);
     Py_DECREF(resources);
@@ -1880,14 +2029,142 @@ error:
     Py_XDECREF(scopes);
     Py_XDECREF(resources);
     Py_XDECREF(errors);
+    Py_XDECREF(extracted);
     return NULL;
 }
 
 /* Raised for bad input; otlp_decode.py turns it into OtlpDecodeError. */
 static PyObject *DecodeError = NULL;
 
-static PyObject *py_decode(PyObject *self, PyObject *arg) {
+/* Extract(pairs): compiles a tuple of (key, kind) pairs, kind one of "str", "int", "float",
+ * "bool". otlp_decode.ExtractSpec validates first and says what is wrong in more words. */
+
+static void extract_dealloc(PyObject *self) {
+    ExtractObject *x = (ExtractObject *)self;
+    free(x->keys);
+    free(x->tab);
+    free(x->bytes);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static int extract_kind(PyObject *kind, uint32_t *accept) {
+    const char *s = PyUnicode_Check(kind) ? PyUnicode_AsUTF8(kind) : NULL;
+    if (!s) {
+        PyErr_Clear();
+        s = "";
+    }
+    if (strcmp(s, "str") == 0) *accept = 1u << AV_STRING;
+    else if (strcmp(s, "int") == 0) *accept = 1u << AV_INT;
+    else if (strcmp(s, "float") == 0) *accept = 1u << AV_DOUBLE | 1u << AV_INT;
+    else if (strcmp(s, "bool") == 0) *accept = 1u << AV_BOOL;
+    else {
+        PyErr_Format(PyExc_ValueError, "unknown extract kind %R", kind);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *extract_new(PyTypeObject *type, PyObject *args, PyObject *kwds) {
+    static char *kwlist[] = {"pairs", NULL};
+    PyObject *pairs;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!:Extract", kwlist, &PyTuple_Type, &pairs))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(pairs);
+    if (n > MAX_EXTRACT) {
+        PyErr_Format(PyExc_ValueError, "an extract spec holds at most %d keys", MAX_EXTRACT);
+        return NULL;
+    }
+    ExtractObject *x = (ExtractObject *)type->tp_alloc(type, 0);
+    if (!x) return NULL;
+    x->n = (int)n;
+    x->lengths = 0;
+    x->maxlen = 0;
+    size_t cap = 16;
+    while (cap < 4 * (size_t)n) cap *= 2;
+    x->mask = cap - 1;
+    x->keys = calloc(n ? (size_t)n : 1, sizeof *x->keys);
+    x->tab = calloc(cap, sizeof *x->tab);
+    const char **text = calloc(n ? (size_t)n : 1, sizeof *text);
+    if (!x->keys || !x->tab || !text) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    size_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *pair = PyTuple_GET_ITEM(pairs, i);
+        if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(pair, 0))) {
+            PyErr_SetString(PyExc_ValueError, "each extract pair must be a (key: str, kind: str) tuple");
+            goto error;
+        }
+        Py_ssize_t len;
+        text[i] = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(pair, 0), &len);
+        if (!text[i]) goto error;
+        if (len == 0) {
+            PyErr_SetString(PyExc_ValueError, "an extract key must not be empty");
+            goto error;
+        }
+        if (extract_kind(PyTuple_GET_ITEM(pair, 1), &x->keys[i].accept) < 0) goto error;
+        x->keys[i].n = (size_t)len;
+        total += (size_t)len;
+    }
+    x->bytes = malloc(total ? total : 1);
+    if (!x->bytes) {
+        PyErr_NoMemory();
+        goto error;
+    }
+    uint8_t *at = x->bytes;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        ExKey *k = &x->keys[i];
+        memcpy(at, text[i], k->n);
+        k->p = at;
+        at += k->n;
+        k->hash = ex_hash(k->p, k->n);
+        if (k->n < 64) x->lengths |= 1ULL << k->n;
+        if (k->n > x->maxlen) x->maxlen = k->n;
+        uint64_t j = k->hash & x->mask;
+        for (; x->tab[j]; j = (j + 1) & x->mask) {
+            const ExKey *o = &x->keys[x->tab[j] - 1];
+            if (o->n == k->n && memcmp(o->p, k->p, k->n) == 0) {
+                PyErr_Format(PyExc_ValueError, "duplicate extract key %R",
+                             PyTuple_GET_ITEM(PyTuple_GET_ITEM(pairs, i), 0));
+                goto error;
+            }
+        }
+        x->tab[j] = (uint16_t)(i + 1);
+    }
+    free(text);
+    return (PyObject *)x;
+error:
+    free(text);
+    Py_DECREF(x);
+    return NULL;
+}
+
+static Py_ssize_t extract_length(PyObject *self) { return ((ExtractObject *)self)->n; }
+
+static PySequenceMethods extract_as_sequence = {.sq_length = extract_length};
+
+static PyTypeObject ExtractType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "ingest._otlp_fast.Extract",
+    .tp_basicsize = sizeof(ExtractObject),
+    .tp_dealloc = extract_dealloc,
+    .tp_as_sequence = &extract_as_sequence,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = extract_new,
+    .tp_doc = "Extract(pairs): a compiled tuple of (key, kind) pairs for decode(extract=...).",
+};
+
+static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
+    static char *kwlist[] = {"data", "extract", NULL};
+    PyObject *arg, *extract = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:decode", kwlist, &arg, &extract))
+        return NULL;
+    if (extract != Py_None && !PyObject_TypeCheck(extract, &ExtractType)) {
+        PyErr_SetString(PyExc_TypeError, "extract must be an Extract object or None");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) < 0) return NULL;
     Ctx *c = calloc(1, sizeof *c);
@@ -1896,6 +2173,8 @@ static PyObject *py_decode(PyObject *self, PyObject *arg) {
         return PyErr_NoMemory();
     }
     c->base = view.buf;
+    /* The args tuple keeps `extract` alive while the GIL is released; it is immutable. */
+    if (extract != Py_None && ((ExtractObject *)extract)->n > 0) c->ex = (ExtractObject *)extract;
     PyObject *result = NULL;
     if (ctx_init(c) == 0) {
         /* Only immutable input may be read without the GIL. */
@@ -1937,8 +2216,9 @@ static PyObject *py_format_double(PyObject *self, PyObject *arg) {
 }
 
 static PyMethodDef methods[] = {
-    {"decode", py_decode, METH_O,
-     "decode(data) -> dict of Arrow buffers for a serialized ExportTraceServiceRequest."},
+    {"decode", (PyCFunction)(void (*)(void))py_decode, METH_VARARGS | METH_KEYWORDS,
+     "decode(data, extract=None) -> dict of Arrow buffers for a serialized "
+     "ExportTraceServiceRequest."},
     {"format_double", py_format_double, METH_O,
      "format_double(x) -> the attribute text of a double (equals repr(x)); for tests."},
     {NULL, NULL, 0, NULL}};
@@ -1949,7 +2229,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_otlp_fast",
 
 PyMODINIT_FUNC PyInit__otlp_fast(void) {
     init_pow5();
-    if (PyType_Ready(&OwnedBufferType) < 0) return NULL;
+    if (PyType_Ready(&OwnedBufferType) < 0 || PyType_Ready(&ExtractType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     if (!DecodeError) {
@@ -1962,6 +2242,12 @@ PyMODINIT_FUNC PyInit__otlp_fast(void) {
         goto error;
     }
     if (PyModule_AddIntConstant(m, "ABI_VERSION", ABI_VERSION) < 0) goto error;
+    if (PyModule_AddIntConstant(m, "MAX_EXTRACT", MAX_EXTRACT) < 0) goto error;
+    Py_INCREF(&ExtractType);
+    if (PyModule_AddObject(m, "Extract", (PyObject *)&ExtractType) < 0) {
+        Py_DECREF(&ExtractType);
+        goto error;
+    }
     return m;
 error:
     Py_DECREF(m);

@@ -13,6 +13,10 @@ compact JSON. The first occurrence of a duplicate key wins (DuckDB maps reject d
 ``string_value_strindex`` indexes a string table that only OTLP profiles carry, so in traces it
 reads as a value that is not set (NULL).
 
+An ``ExtractSpec`` lifts known span attribute keys into columns of their own (``"a:" + key``,
+the same text the map would hold) and takes them out of the map when the value has the expected
+protobuf type, so that storage neither keeps them twice nor looks them up by list position.
+
 Invalid spans are rejected one by one (counted, the first ten reasons kept); input that is not a
 well-formed request raises ``OtlpDecodeError``. Wire-format rules follow upb, which the reference
 decoder parses with, so both decoders accept and reject the same bytes.
@@ -23,8 +27,9 @@ from __future__ import annotations
 import base64
 import json
 import math
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 from google.protobuf.message import DecodeError
@@ -41,14 +46,17 @@ __all__ = [
     "SCOPE_SCHEMA",
     "SPAN_SCHEMA",
     "DecodedTraces",
+    "ExtractKind",
+    "ExtractSpec",
     "OtlpDecodeError",
     "decode_traces",
     "decode_traces_python",
     "json_to_protobuf",
+    "make_extract_spec",
 ]
 
 # The layout of the dict that ingest/_otlp_fast.c returns; must equal its ABI_VERSION.
-_C_ABI_VERSION = 1
+_C_ABI_VERSION = 2
 
 try:
     from ingest import _otlp_fast
@@ -114,9 +122,106 @@ class OtlpDecodeError(BadInputError):
     """The request is not a well-formed OTLP trace export; ``str(exc)`` is one user-facing line."""
 
 
+# --- attribute extraction ---------------------------------------------------------------------
+
+ExtractKind = Literal["str", "int", "float", "bool"]
+EXTRACT_COLUMN_PREFIX = "a:"
+MAX_EXTRACT_KEYS = 256  # _otlp_fast.c MAX_EXTRACT
+# The AnyValue members whose value takes an extracted key out of the attributes map. Any other
+# type leaves it there too, so that nothing is lost when the typed column's cast fails.
+_ACCEPTED: dict[str, frozenset[str]] = {
+    "str": frozenset({"string_value"}),
+    "int": frozenset({"int_value"}),
+    "float": frozenset({"double_value", "int_value"}),
+    "bool": frozenset({"bool_value"}),
+}
+
+
+@dataclass(frozen=True)
+class ExtractSpec:
+    """Span attribute keys to extract, in column order: ``((key, kind), ...)``.
+
+    Validated once, here; the derived fields (the spans schema, the lookup used by the Python
+    decoder, the C decoder's compiled form) are built once too, so a decode pays nothing for
+    them. Equality and hashing look at ``pairs`` only.
+    """
+
+    pairs: tuple[tuple[str, ExtractKind], ...]
+    span_schema: pa.Schema = field(init=False, repr=False, compare=False)
+    _positions: dict[str, tuple[int, frozenset[str]]] = field(init=False, repr=False, compare=False)
+    _compiled: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _validate_pairs(self.pairs)
+        columns = [pa.field(EXTRACT_COLUMN_PREFIX + key, pa.string()) for key, _ in self.pairs]
+        positions = {key: (i, _ACCEPTED[kind]) for i, (key, kind) in enumerate(self.pairs)}
+        compiled = None if _otlp_fast is None else _otlp_fast.Extract(self.pairs)
+        # The dataclass is frozen; these are derived caches, set once before anyone sees them.
+        object.__setattr__(self, "span_schema", pa.schema([*SPAN_SCHEMA, *columns]))
+        object.__setattr__(self, "_positions", positions)
+        object.__setattr__(self, "_compiled", compiled)
+
+    def __reduce__(self) -> tuple[type[ExtractSpec], tuple[Any, ...]]:
+        # Pickle and copy by the pairs: the compiled C object cannot be pickled, and is rebuilt.
+        return (ExtractSpec, (self.pairs,))
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return tuple(key for key, _ in self.pairs)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The names of the extracted columns of the spans table, in order."""
+        return tuple(EXTRACT_COLUMN_PREFIX + key for key, _ in self.pairs)
+
+
+def _validate_pairs(pairs: object) -> None:
+    if not isinstance(pairs, tuple):
+        raise ValueError(
+            f"extract spec must be a tuple of (key, kind) pairs, got {type(pairs).__name__}"
+        )
+    if len(pairs) > MAX_EXTRACT_KEYS:
+        raise ValueError(f"extract spec has {len(pairs)} keys; at most {MAX_EXTRACT_KEYS}")
+    kinds = get_args(ExtractKind)
+    seen: set[str] = set()
+    for pair in pairs:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise ValueError(f"extract spec entry {pair!r} is not a (key, kind) tuple")
+        key, kind = pair
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"extract key must be a non-empty string, got {key!r}")
+        try:
+            key.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"extract key {key!r} is not valid UTF-8") from None
+        if kind not in kinds:
+            raise ValueError(
+                f"extract kind for {key!r} must be one of {', '.join(kinds)}; got {kind!r}"
+            )
+        if key in seen:
+            raise ValueError(f"extract key {key!r} appears twice")
+        seen.add(key)
+
+
+def make_extract_spec(pairs: Iterable[tuple[str, str]]) -> ExtractSpec:
+    """An ExtractSpec from (key, kind) tuples, e.g. ``make_extract_spec(d.items())``."""
+    if isinstance(pairs, (str, bytes)) or not isinstance(pairs, Iterable):
+        raise ValueError(
+            f"extract spec must be an iterable of (key, kind) tuples, got {type(pairs).__name__}"
+        )
+    return ExtractSpec(tuple(pairs))  # type: ignore[arg-type]  # _validate_pairs checks kinds
+
+
+def _check_extract(extract: object) -> None:
+    if extract is not None and not isinstance(extract, ExtractSpec):
+        raise ValueError(
+            f"extract must be an ExtractSpec (see make_extract_spec), got {type(extract).__name__}"
+        )
+
+
 @dataclass(frozen=True)
 class DecodedTraces:
-    spans: pa.Table  # valid spans only, SPAN_SCHEMA
+    spans: pa.Table  # valid spans only: SPAN_SCHEMA, or the ExtractSpec's span_schema
     scopes: pa.Table  # SCOPE_SCHEMA, one row per scope_spans in request order
     resources: pa.Table  # RESOURCE_SCHEMA, one row per resource_spans in request order
     total_spans: int
@@ -124,23 +229,39 @@ class DecodedTraces:
     errors: tuple[str, ...]  # the first MAX_ERRORS rejection messages
 
 
-def decode_traces(data: bytes, *, use_c: bool | None = None) -> DecodedTraces:
-    """Decode a serialized ExportTraceServiceRequest; ``use_c=None`` picks C when it is built."""
+def decode_traces(
+    data: bytes, *, use_c: bool | None = None, extract: ExtractSpec | None = None
+) -> DecodedTraces:
+    """Decode a serialized ExportTraceServiceRequest; ``use_c=None`` picks C when it is built.
+
+    With ``extract``, the spans table gains the spec's columns (see ExtractSpec)."""
+    _check_extract(extract)
     if use_c is None:
         use_c = ACCELERATED
     if not use_c:
-        return decode_traces_python(data)
+        return decode_traces_python(data, extract=extract)
     if _otlp_fast is None:
         raise RuntimeError(
             "the C decoder ingest._otlp_fast is not built (or is stale); build it with "
             "`pip install --no-deps -e .` or `python setup.py build_ext --inplace`"
         )
+    span_schema = SPAN_SCHEMA
+    compiled = None
+    if extract is not None:
+        span_schema = extract.span_schema
+        compiled = extract._compiled
+        if compiled is None:  # the spec was built while the extension was unavailable (tests)
+            compiled = _otlp_fast.Extract(extract.pairs)
     try:
-        raw = _otlp_fast.decode(data)
+        raw = _otlp_fast.decode(data, compiled)
     except _otlp_fast.DecodeError as exc:
         raise OtlpDecodeError(str(exc)) from None
+    n_spans = raw["n_spans"]
+    span_arrays = _arrays_from_buffers(SPAN_SCHEMA, n_spans, raw["spans"])
+    # The extracted columns, in spec order (an empty tuple without a spec).
+    span_arrays += [_string_array(n_spans, parts) for parts in raw["spans"]["extracted"]]
     return DecodedTraces(
-        spans=_table_from_buffers(SPAN_SCHEMA, raw["n_spans"], raw["spans"]),
+        spans=pa.Table.from_arrays(span_arrays, schema=span_schema),
         scopes=_table_from_buffers(SCOPE_SCHEMA, raw["n_scopes"], raw["scopes"]),
         resources=_table_from_buffers(RESOURCE_SCHEMA, raw["n_resources"], raw["resources"]),
         total_spans=raw["total_spans"],
@@ -153,7 +274,8 @@ def decode_traces(data: bytes, *, use_c: bool | None = None) -> DecodedTraces:
 # The C decoder hands over the memory it built each column in (read-only objects supporting the
 # buffer protocol; bytes would cost one more copy of everything). String columns come as
 # (validity or None, int32 offsets, data, null count); map columns as (int32 offsets, key parts,
-# value parts, entry count); fixed-width columns as one buffer.
+# value parts, entry count); fixed-width columns as one buffer. The spans dict also holds
+# "extracted": the string parts of each ExtractSpec column, in spec order.
 
 
 def _string_array(length: int, parts: tuple[Any, Any, Any, int]) -> pa.Array:
@@ -180,16 +302,21 @@ def _column(field: pa.Field, length: int, parts: Any) -> pa.Array:
     return pa.Array.from_buffers(field.type, length, [None, pa.py_buffer(parts)], null_count=0)
 
 
+def _arrays_from_buffers(schema: pa.Schema, length: int, columns: dict[str, Any]) -> list[pa.Array]:
+    return [_column(f, length, columns[f.name]) for f in schema]
+
+
 def _table_from_buffers(schema: pa.Schema, length: int, columns: dict[str, Any]) -> pa.Table:
-    arrays = [_column(field, length, columns[field.name]) for field in schema]
-    return pa.Table.from_arrays(arrays, schema=schema)
+    return pa.Table.from_arrays(_arrays_from_buffers(schema, length, columns), schema=schema)
 
 
 # --- the reference decoder --------------------------------------------------------------------
 
 
-def decode_traces_python(data: bytes) -> DecodedTraces:
+def decode_traces_python(data: bytes, *, extract: ExtractSpec | None = None) -> DecodedTraces:
     """Decode with upb and Python loops; the fallback, and the oracle the C decoder must match."""
+    _check_extract(extract)
+    span_schema = SPAN_SCHEMA if extract is None else extract.span_schema
     request = ExportTraceServiceRequest()
     try:
         request.ParseFromString(data)
@@ -198,9 +325,9 @@ def decode_traces_python(data: bytes) -> DecodedTraces:
         reason = str(exc).rsplit(": ", 1)[-1]
         raise OtlpDecodeError(f"malformed OTLP protobuf: {reason}") from None
 
-    spans: dict[str, list[Any]] = {field.name: [] for field in SPAN_SCHEMA}
-    scopes: dict[str, list[Any]] = {field.name: [] for field in SCOPE_SCHEMA}
-    resources: dict[str, list[Any]] = {field.name: [] for field in RESOURCE_SCHEMA}
+    spans: dict[str, list[Any]] = {f.name: [] for f in span_schema}
+    scopes: dict[str, list[Any]] = {f.name: [] for f in SCOPE_SCHEMA}
+    resources: dict[str, list[Any]] = {f.name: [] for f in RESOURCE_SCHEMA}
     total = rejected = 0
     errors: list[str] = []
     for r_pos, resource_spans in enumerate(request.resource_spans):
@@ -228,9 +355,9 @@ def decode_traces_python(data: bytes) -> DecodedTraces:
                             f"resource_spans[{r_pos}].scope_spans[{s_pos}].spans[{i_pos}]: {reason}"
                         )
                     continue
-                _append_span(spans, span, resource_index, scope_index)
+                _append_span(spans, span, resource_index, scope_index, extract)
     return DecodedTraces(
-        spans=_table_from_lists(SPAN_SCHEMA, spans),
+        spans=_table_from_lists(span_schema, spans),
         scopes=_table_from_lists(SCOPE_SCHEMA, scopes),
         resources=_table_from_lists(RESOURCE_SCHEMA, resources),
         total_spans=total,
@@ -240,7 +367,7 @@ def decode_traces_python(data: bytes) -> DecodedTraces:
 
 
 def _table_from_lists(schema: pa.Schema, columns: dict[str, list[Any]]) -> pa.Table:
-    arrays = [pa.array(columns[field.name], type=field.type) for field in schema]
+    arrays = [pa.array(columns[f.name], type=f.type) for f in schema]
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
@@ -272,7 +399,13 @@ def _span_rejection(span: Span) -> str | None:
     return None
 
 
-def _append_span(columns: dict[str, list[Any]], span: Span, resource: int, scope: int) -> None:
+def _append_span(
+    columns: dict[str, list[Any]],
+    span: Span,
+    resource: int,
+    scope: int,
+    extract: ExtractSpec | None,
+) -> None:
     parent = span.parent_span_id
     columns["trace_id"].append(span.trace_id.hex())
     columns["span_id"].append(span.span_id.hex())
@@ -285,7 +418,13 @@ def _append_span(columns: dict[str, list[Any]], span: Span, resource: int, scope
     columns["end_ns"].append(span.end_time_unix_nano)
     columns["status_code"].append(span.status.code)
     columns["status_message"].append(span.status.message or None)
-    columns["attributes"].append(_attribute_pairs(span.attributes))
+    if extract is None:
+        columns["attributes"].append(_attribute_pairs(span.attributes))
+    else:
+        pairs, texts = _extract_attributes(span.attributes, extract)
+        columns["attributes"].append(pairs)
+        for name, text in zip(extract.columns, texts, strict=True):
+            columns[name].append(text)
     columns["dropped_attributes_count"].append(span.dropped_attributes_count)
     columns["dropped_events_count"].append(span.dropped_events_count)
     columns["dropped_links_count"].append(span.dropped_links_count)
@@ -335,6 +474,30 @@ def _attribute_pairs(attributes: Any) -> list[tuple[str, str | None]]:
         seen.add(kv.key)
         pairs.append((kv.key, _value_text(kv.value)))
     return pairs
+
+
+def _extract_attributes(
+    attributes: Any, extract: ExtractSpec
+) -> tuple[list[tuple[str, str | None]], list[str | None]]:
+    """The map pairs less the extracted keys whose type the spec accepts, and the text of each
+    extracted key (None when absent); the first occurrence of a key wins, as in the map."""
+    seen: set[str] = set()
+    pairs: list[tuple[str, str | None]] = []
+    texts: list[str | None] = [None] * len(extract.pairs)
+    positions = extract._positions
+    for kv in attributes:
+        if kv.key in seen:
+            continue
+        seen.add(kv.key)
+        text = _value_text(kv.value)
+        found = positions.get(kv.key)
+        if found is not None:
+            index, accepted = found
+            texts[index] = text
+            if kv.value.WhichOneof("value") in accepted:
+                continue
+        pairs.append((kv.key, text))
+    return pairs, texts
 
 
 def _value_text(value: AnyValue) -> str | None:

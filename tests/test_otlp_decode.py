@@ -1,6 +1,7 @@
 """The OTLP trace decoder: exact tables, span rejections, wire-format errors, and the C decoder
-checked against the Python reference (differential property tests and fuzzing). OTLP/JSON is in
-tests/test_otlp_json.py."""
+checked against the Python reference (differential property tests and fuzzing, with and without
+an ExtractSpec). OTLP/JSON is in tests/test_otlp_json.py; extraction's own cases in
+tests/test_otlp_extract.py."""
 
 from __future__ import annotations
 
@@ -32,9 +33,11 @@ from ingest.otlp_decode import (
     SCOPE_SCHEMA,
     SPAN_SCHEMA,
     DecodedTraces,
+    ExtractSpec,
     OtlpDecodeError,
     decode_traces,
     decode_traces_python,
+    make_extract_spec,
 )
 
 NEEDS_C = pytest.mark.skipif(
@@ -815,44 +818,160 @@ def spans(draw: st.DrawFn) -> Span:
     )
 
 
-REQUESTS = st.builds(
-    lambda resources: ExportTraceServiceRequest(resource_spans=resources),
-    st.lists(
-        st.builds(
-            ResourceSpans,
-            resource=st.builds(Resource, attributes=ATTRIBUTES),
-            schema_url=TEXT,
-            scope_spans=st.lists(
-                st.builds(
-                    ScopeSpans,
-                    scope=st.builds(
-                        InstrumentationScope, name=TEXT, version=TEXT, attributes=ATTRIBUTES
+def requests_of(
+    span: st.SearchStrategy[Span], min_size: int = 0
+) -> st.SearchStrategy[ExportTraceServiceRequest]:
+    """Requests of these spans; min_size=1 gives each level at least one element."""
+    return st.builds(
+        lambda resources: ExportTraceServiceRequest(resource_spans=resources),
+        st.lists(
+            st.builds(
+                ResourceSpans,
+                resource=st.builds(Resource, attributes=ATTRIBUTES),
+                schema_url=TEXT,
+                scope_spans=st.lists(
+                    st.builds(
+                        ScopeSpans,
+                        scope=st.builds(
+                            InstrumentationScope, name=TEXT, version=TEXT, attributes=ATTRIBUTES
+                        ),
+                        spans=st.lists(span, min_size=min_size, max_size=3),
                     ),
-                    spans=st.lists(spans(), max_size=3),
+                    min_size=min_size,
+                    max_size=2,
                 ),
-                max_size=2,
             ),
+            min_size=min_size,
+            max_size=2,
         ),
-        max_size=2,
-    ),
+    )
+
+
+REQUESTS = requests_of(spans())
+# Random spans are nearly all rejected; extraction wants stored ones too, with events and links
+# whose attributes must stay where they are.
+STORED_SPANS = st.builds(
+    lambda attributes, events, links: make_span(attributes=attributes, events=events, links=links),
+    st.lists(st.builds(kv, KEYS, st.one_of(SCALARS, SCALARS, VALUES)), min_size=1, max_size=8),
+    st.lists(st.builds(Span.Event, name=TEXT, attributes=ATTRIBUTES), max_size=1),
+    st.lists(st.builds(Span.Link, trace_id=ID16, span_id=ID8, attributes=ATTRIBUTES), max_size=1),
 )
+
+
+# What each extract kind accepts, restated from the contract (not imported from the code).
+ACCEPTED_TYPES = {
+    "str": {"string_value"},
+    "int": {"int_value"},
+    "float": {"double_value", "int_value"},
+    "bool": {"bool_value"},
+}
+
+
+def attribute_keys(request: ExportTraceServiceRequest) -> set[str]:
+    """Every attribute key of the request: spans, events, links, scopes and resources."""
+    keys: set[str] = set()
+    for resource_spans in request.resource_spans:
+        keys.update(kv.key for kv in resource_spans.resource.attributes)
+        for scope_spans in resource_spans.scope_spans:
+            keys.update(kv.key for kv in scope_spans.scope.attributes)
+            for span in scope_spans.spans:
+                keys.update(kv.key for kv in span.attributes)
+                for item in [*span.events, *span.links]:
+                    keys.update(kv.key for kv in item.attributes)
+    return keys
+
+
+@st.composite
+def requests_with_specs(draw: st.DrawFn) -> tuple[ExportTraceServiceRequest, ExtractSpec]:
+    """A request, and a spec of some of its keys and some absent ones, of random kinds."""
+    request = draw(st.one_of(REQUESTS, requests_of(STORED_SPANS, min_size=1)))
+    candidates = [*sorted(attribute_keys(request) - {""}), "absent", "gen_ai.system"]
+    keys = draw(st.lists(st.sampled_from(candidates), unique=True, min_size=1))
+    kind = st.sampled_from(sorted(ACCEPTED_TYPES))
+    kinds = draw(st.lists(kind, min_size=len(keys), max_size=len(keys)))
+    return request, make_extract_spec(zip(keys, kinds, strict=True))
+
+
+def assert_extraction(
+    request: ExportTraceServiceRequest,
+    spec: ExtractSpec,
+    plain: DecodedTraces,
+    extracted: DecodedTraces,
+) -> None:
+    """`extracted` is `plain` plus one column per spec key holding the text the map held, with
+    exactly those keys out of the map whose first occurrence has a type the kind accepts."""
+    base = extracted.spans.drop_columns(list(spec.columns))
+    assert base.schema.equals(SPAN_SCHEMA)
+    assert base.drop_columns(["attributes"]).equals(plain.spans.drop_columns(["attributes"]))
+    assert extracted.scopes.equals(plain.scopes)
+    assert extracted.resources.equals(plain.resources)
+    kinds = dict(spec.pairs)
+    valid = [
+        span
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+        if otlp_decode._span_rejection(span) is None
+    ]
+    assert len(valid) == plain.spans.num_rows
+    maps_before = plain.spans.column("attributes").to_pylist()
+    maps_after = extracted.spans.column("attributes").to_pylist()
+    columns = {
+        key: extracted.spans.column(name).to_pylist()
+        for key, name in zip(spec.keys, spec.columns, strict=True)
+    }
+    for row, span in enumerate(valid):
+        first_type: dict[str, str | None] = {}
+        for item in span.attributes:
+            first_type.setdefault(item.key, item.value.WhichOneof("value"))
+        held = dict(maps_before[row])
+        removed = {k for k in held if k in kinds and first_type[k] in ACCEPTED_TYPES[kinds[k]]}
+        assert maps_after[row] == [(k, v) for k, v in maps_before[row] if k not in removed]
+        for key, texts in columns.items():
+            assert texts[row] == held.get(key), key
 
 
 @NEEDS_C
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(request=REQUESTS, suffix=st.sampled_from([b"", UNKNOWN_FIELDS]))
+@given(case=requests_with_specs(), suffix=st.sampled_from([b"", UNKNOWN_FIELDS]))
 def test_c_and_python_decoders_agree_on_random_requests(
-    request: ExportTraceServiceRequest, suffix: bytes
+    case: tuple[ExportTraceServiceRequest, ExtractSpec], suffix: bytes
 ) -> None:
+    request, spec = case
     data = request.SerializeToString() + suffix
-    assert_same(decode_traces(data, use_c=True), decode_traces_python(data))
+    plain = decode_traces_python(data)
+    assert_same(decode_traces(data, use_c=True), plain)
+    extracted = decode_traces_python(data, extract=spec)
+    assert_same(decode_traces(data, use_c=True, extract=spec), extracted)
+    assert_extraction(request, spec, plain, extracted)
 
 
-def outcome(data: bytes, use_c: bool) -> DecodedTraces | str:
+def outcome(data: bytes, use_c: bool, extract: ExtractSpec | None = None) -> DecodedTraces | str:
     try:
-        return decode_traces(data, use_c=use_c)
+        return decode_traces(data, use_c=use_c, extract=extract)
     except OtlpDecodeError as exc:
         return f"error: {exc}"
+
+
+# Keys of the fuzz seeds, of kinds that match some of their values and not others.
+FUZZ_SPEC = make_extract_spec(
+    [
+        ("str", "str"),
+        ("int", "int"),
+        ("dbl", "float"),
+        ("bool_t", "bool"),
+        ("bytes", "str"),
+        ("array", "str"),
+        ("kvlist", "int"),
+        ("unset", "str"),
+        ("v", "str"),
+        ("gen_ai.request.id", "str"),
+        ("gen_ai.usage.prompt_tokens", "int"),
+        ("gen_ai.latency.e2e", "float"),
+        ("gen_ai.request.max_tokens", "float"),
+        ("inferledger.route", "bool"),
+    ]
+)
 
 
 def mutate(data: bytes, rng: random.Random) -> bytes:
@@ -985,18 +1104,19 @@ def test_fuzzed_payloads_only_decode_or_raise_decode_error() -> None:
         cases += [mutate_fields(seed, rng) for _ in range(600)]
     disagreements = []
     for data in cases:
-        reference = outcome(data, use_c=False)
-        if not otlp_decode.ACCELERATED:
-            continue
-        fast = outcome(data, use_c=True)
-        if isinstance(reference, str) or isinstance(fast, str):
-            if isinstance(reference, str) != isinstance(fast, str):
-                disagreements.append((data, reference, fast))
-            continue
-        try:
-            assert_same(fast, reference)
-        except AssertionError:
-            disagreements.append((data, "tables differ", ""))
+        for extract in (None, FUZZ_SPEC):
+            reference = outcome(data, use_c=False, extract=extract)
+            if not otlp_decode.ACCELERATED:
+                continue
+            fast = outcome(data, use_c=True, extract=extract)
+            if isinstance(reference, str) or isinstance(fast, str):
+                if isinstance(reference, str) != isinstance(fast, str):
+                    disagreements.append((data, extract, reference, fast))
+                continue
+            try:
+                assert_same(fast, reference)
+            except AssertionError:
+                disagreements.append((data, extract, "tables differ", ""))
     assert not disagreements[:3]
 
 
@@ -1084,6 +1204,8 @@ def test_use_c_without_the_extension_says_how_to_build_it(monkeypatch: pytest.Mo
 
 def test_default_decoder_is_c_when_built(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = []
-    monkeypatch.setattr(otlp_decode, "decode_traces_python", lambda data: calls.append(data))
+    monkeypatch.setattr(
+        otlp_decode, "decode_traces_python", lambda data, extract=None: calls.append(data)
+    )
     decode_traces(b"")
     assert calls == ([] if otlp_decode.ACCELERATED else [b""])
