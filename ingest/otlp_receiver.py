@@ -40,8 +40,9 @@ from inferledger.errors import (
     UnsupportedMediaTypeError,
 )
 from inferledger.service_metrics import ServiceMetrics
-from ingest.otlp_decode import DecodedTraces, decode_traces, json_to_protobuf
+from ingest.otlp_decode import DecodedTraces, json_to_protobuf
 from ingest.span_ingestor import SpanIngestor
+from ingest.span_writer import decode_for_storage
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ class TraceReceiver:
         ingest_keys: tuple[str, ...] = (),
         max_body_bytes: int = 64 * 1024 * 1024,
         retry_after_s: int = 1,
-        decoder: Callable[[bytes], DecodedTraces] = decode_traces,
+        decoder: Callable[[bytes], DecodedTraces] = decode_for_storage,
     ) -> None:
         self._ingestor = ingestor
         self._metrics = metrics

@@ -20,8 +20,8 @@ import duckdb
 from inferledger.errors import QueueFullError, StorageError
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.storage import Storage
-from ingest.otlp_decode import DecodedTraces, OtlpDecodeError, decode_traces
-from ingest.span_writer import insert_spans, merge_decoded
+from ingest.otlp_decode import DecodedTraces, OtlpDecodeError
+from ingest.span_writer import decode_for_storage, insert_spans, merge_decoded
 from ingest.spool import Spool, SpoolEntry
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class SpanIngestor:
         replayed = 0
         for entry in self._spool.pending():
             try:
-                decoded = decode_traces(entry.path.read_bytes())
+                decoded = decode_for_storage(entry.path.read_bytes())
             except (OSError, OtlpDecodeError) as exc:
                 self._spool.quarantine(entry, f"cannot replay: {exc}")
                 continue

@@ -408,3 +408,29 @@ def test_resent_batch_is_not_duplicated(live) -> None:
     metrics = requests.get(live.url + "/metrics", timeout=5).text  # after span_count's flush
     assert "inferledger_spans_accepted_total 150.0" in metrics
     assert "inferledger_spans_duplicate_total 150.0" in metrics
+
+
+def test_attributes_read_into_columns_lose_nothing(live) -> None:
+    """Keys the product reads become typed columns; a key a fallback chain passed over, or one
+    whose value had an unexpected type, stays in the attributes map."""
+    from inferledger.fixtures import _set
+
+    req = make_export_request(1, seed=31)
+    span = req.resource_spans[0].scope_spans[0].spans[0]
+    del span.attributes[:]
+    _set(span.attributes, "gen_ai.usage.input_tokens", 900)
+    _set(span.attributes, "gen_ai.usage.prompt_tokens", 901)  # older name, passed over
+    _set(span.attributes, "gen_ai.usage.completion_tokens", "77")  # a string, not an int
+    _set(span.attributes, "gen_ai.usage.output_tokens", 2**60 + 1)  # exact beyond 2^53
+    _set(span.attributes, "http.route", "/fallback")
+    _set(span.attributes, "custom.flag", True)
+    assert post(live, req.SerializeToString(), PB).status_code == 200
+    row = live.storage.query("select * from stg_spans").row(0, named=True)
+    assert row["input_tokens"] == 900
+    assert row["output_tokens"] == 2**60 + 1
+    assert row["route"] == "/fallback"
+    assert dict(row["attributes"]) == {
+        "gen_ai.usage.prompt_tokens": "901",
+        "gen_ai.usage.completion_tokens": "77",
+        "custom.flag": "true",
+    }
