@@ -10,17 +10,15 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import flask
 from apscheduler.schedulers.background import BackgroundScheduler
-from waitress import create_server, wasyncore
-from waitress.server import BaseWSGIServer
 
 from app.factory import create_app
 from inferledger.errors import StorageError
+from inferledger.http_server import WaitressRunner, wait_until
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import Settings
 from inferledger.storage import Storage
@@ -182,14 +180,14 @@ class Service:
         listen = [f"{host}:{port}"]
         if self.settings["otlp_port"]:
             listen.append(f"{host}:{self.settings['otlp_port']}")
-        server = create_server(
+        runner = WaitressRunner(
             self.wsgi_app(),
             listen=" ".join(listen),
             threads=self.settings["threads"],
             ident="inferledger",
-            # waitress buffers bodies (to a temporary file past 1 MiB) before the app runs, so it
-            # enforces a hard cap of its own: 1 MiB above ours, so that a body just over the
-            # limit still gets the receiver's OTLP-shaped 413, and a huge one a plain 413.
+            # waitress buffers bodies before the app runs, so it enforces a hard cap of its own:
+            # 1 MiB above ours, so that a body just over the limit still gets the receiver's
+            # OTLP-shaped 413, and a huge one a plain 413.
             max_request_body_size=self.settings["ingest.max_body_bytes"] + (1 << 20),
             # Typical OTLP requests (1-4 MB) stay in memory and are read in 256 KiB chunks:
             # waitress's defaults (8 KiB reads, spill to a file past 512 KiB) cost ~5 us/span.
@@ -198,18 +196,11 @@ class Service:
             channel_timeout=120,
             clear_untrusted_proxy_headers=True,
         )
-        # A single listener is a TcpWSGIServer (its socket map is `_map`); several listeners
-        # come as a MultiSocketServer (`map`).
-        socket_map = server.map if hasattr(server, "map") else server._map
-        dispatchers = [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]
-        self.listen_addresses = [
-            (str(d.effective_host), int(d.effective_port)) for d in dispatchers
-        ]
+        self.listen_addresses = runner.addresses
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._stop.set())
-        loop = threading.Thread(target=server.run, name="http-loop", daemon=True)
-        loop.start()
+        runner.start()
         for h, p in self.listen_addresses:
             log.info("InferLedger listening on http://%s:%d", h, p)
         print(
@@ -220,48 +211,22 @@ class Service:
         )
         try:
             while not self._stop.wait(0.5):
-                if not loop.is_alive():
+                if not runner.alive:
                     log.error("HTTP loop stopped unexpectedly")
                     break
         finally:
-            self._shutdown_http(server, socket_map, dispatchers, loop)
+            # Stop accepting, let requests in flight finish, then end the loop.
+            self.ready.clear()
+            runner.stop_accepting()
+            if not wait_until(lambda: not self._inflight, _DRAIN_TIMEOUT_S):
+                log.warning("%d request(s) still running at shutdown", self._inflight)
+            runner.close()
             self.stop()
         log.info("InferLedger stopped cleanly")
         return 0
 
     def request_stop(self) -> None:
         self._stop.set()
-
-    def _shutdown_http(
-        self,
-        server: Any,
-        socket_map: dict[Any, Any],
-        dispatchers: list[Any],
-        loop: threading.Thread,
-    ) -> None:
-        """Stop accepting, let in-flight requests finish, then end the loop."""
-        self.ready.clear()
-        trigger = dispatchers[0].trigger if dispatchers else None
-        if trigger is not None:
-            # Close the listening sockets from inside the loop thread (asyncore is not
-            # thread-safe), through the base close: waitress's own close() also closes the
-            # trigger we still need.
-            trigger.pull_trigger(lambda: [wasyncore.dispatcher.close(d) for d in dispatchers])
-        deadline = time.monotonic() + _DRAIN_TIMEOUT_S
-        while self._inflight and time.monotonic() < deadline:
-            time.sleep(0.02)
-        if self._inflight:
-            log.warning("%d request(s) still running at shutdown", self._inflight)
-        time.sleep(0.05)  # let the loop flush the last responses
-
-        if trigger is not None and loop.is_alive():
-            trigger.pull_trigger(lambda: wasyncore.close_all(socket_map))
-            loop.join(5)
-        if loop.is_alive():
-            wasyncore.close_all(socket_map)
-            loop.join(5)
-        if hasattr(server, "task_dispatcher"):
-            server.task_dispatcher.shutdown(timeout=5)
 
 
 def serve(settings: Settings) -> int:

@@ -38,10 +38,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from waitress import create_server, wasyncore
-from waitress.server import BaseWSGIServer
-
 from inferledger.errors import InferLedgerError, SettingsError
+from inferledger.http_server import WaitressRunner, wait_until
 from inferledger.sim_engine import (
     LAG_BUCKETS_S,
     PendingRequest,
@@ -256,7 +254,7 @@ class SimServer:
         if not self._listeners:
             self.bind()
         opts = self.options
-        server = create_server(
+        runner = WaitressRunner(
             self.wsgi_app,
             sockets=[lst.sock for lst in self._listeners],
             threads=opts.threads,
@@ -267,16 +265,13 @@ class SimServer:
             channel_timeout=300,
             clear_untrusted_proxy_headers=True,
         )
-        socket_map = server.map if hasattr(server, "map") else server._map
-        dispatchers = [d for d in socket_map.values() if isinstance(d, BaseWSGIServer)]
         if install_signal_handlers:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self._stop.set())
         self.engine.start()
         if self.exporter is not None:
             self.exporter.start()
-        loop = threading.Thread(target=server.run, name="http-loop", daemon=True)
-        loop.start()
+        runner.start()
         self.ready.set()
         addrs = self.addresses
         print(
@@ -288,55 +283,31 @@ class SimServer:
         )
         try:
             while not self._stop.wait(0.5):
-                if not loop.is_alive():
+                if not runner.alive:
                     log.error("HTTP loop stopped unexpectedly")
                     break
                 if not self.engine.alive:
                     log.error("simulation thread stopped unexpectedly")
                     break
         finally:
-            self._shutdown(server, socket_map, dispatchers, loop)
+            self._shutdown(runner)
         log.info("simulator stopped cleanly")
         return 0
 
-    def _shutdown(
-        self,
-        server: Any,
-        socket_map: dict[Any, Any],
-        dispatchers: list[Any],
-        loop: threading.Thread,
-    ) -> None:
+    def _shutdown(self, runner: WaitressRunner) -> None:
         """Stop accepting; let in-flight requests finish (drain_timeout_s), abort the rest in
         the simulation so their responses end with finish_reason "abort"; flush spans."""
         self.ready.clear()
         self.engine.stop_accepting()
-        trigger = dispatchers[0].trigger if dispatchers else None
-        if trigger is not None:
-            # As in inferledger/server.py: close the listening sockets inside the loop thread,
-            # through the base close (waitress's own also closes the trigger we still need).
-            trigger.pull_trigger(lambda: [wasyncore.dispatcher.close(d) for d in dispatchers])
-        self._wait_inflight(self.options.drain_timeout_s)
-        if self._inflight:
+        runner.stop_accepting()
+        if not wait_until(lambda: not self._inflight, self.options.drain_timeout_s):
             log.warning("aborting %d request(s) still in flight", self._inflight)
             self.engine.abort_all()
-            self._wait_inflight(5.0)
-        time.sleep(0.05)  # let the loop flush the last responses
+            wait_until(lambda: not self._inflight, 5.0)
         self.engine.stop()
         if self.exporter is not None:
             self.exporter.stop()
-        if trigger is not None and loop.is_alive():
-            trigger.pull_trigger(lambda: wasyncore.close_all(socket_map))
-            loop.join(5)
-        if loop.is_alive():
-            wasyncore.close_all(socket_map)
-            loop.join(5)
-        if hasattr(server, "task_dispatcher"):
-            server.task_dispatcher.shutdown(timeout=5)
-
-    def _wait_inflight(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        while self._inflight and time.monotonic() < deadline:
-            time.sleep(0.02)
+        runner.close()
 
     # ------------------------------------------------------------------ WSGI
     def wsgi_app(
