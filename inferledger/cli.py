@@ -66,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     from inferledger.simulate import add_parser as add_simulate_parser
 
     add_simulate_parser(sub)
+
+    from inferledger.demo import add_parser as add_demo_parser
+
+    add_demo_parser(sub)
     return parser
 
 
@@ -114,6 +118,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
             return 0
+        if args.command == "demo":
+            from inferledger.demo import run as run_demo
+
+            return run_demo(args)
         if args.command == "simulate":
             from inferledger.simulate import run as run_simulate
 

@@ -84,3 +84,15 @@ def test_inferledger_configs_are_valid_settings() -> None:
         hosts = {re.match(r"http://([^:/]+)", t.url).group(1) for t in targets}
         service_names = set(compose()["services"])
         assert hosts <= service_names, f"{name} scrapes hosts that are not services: {hosts}"
+
+
+def test_simulator_command_is_a_valid_cli_invocation() -> None:
+    from inferledger.cli import build_parser
+
+    args = build_parser().parse_args(compose()["services"]["simulator"]["command"])
+    assert args.command == "simulate" and args.serve
+    assert (args.port, args.dcgm_port, int(args.replicas)) == (8000, 9400, 4)
+    cpu_targets = load_settings(ROOT / "deploy" / "inferledger-cpu.yaml", env={})["scrape.targets"]
+    ports = sorted(int(t.url.rsplit(":", 1)[1].split("/")[0]) for t in cpu_targets)
+    # replica i serves its own /metrics on port + 1 + i (docs/sim-server.md)
+    assert ports == [8001, 8002, 8003, 8004, 9400]
