@@ -1,0 +1,319 @@
+"""`inferledger demo`: a small history through the real service (HTTP /v1/traces and the scrape
+path), checked through the storage gateway; reuse, resume and --rebuild; the CLI process."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from inferledger.demo import (
+    DAY_S,
+    Demo,
+    DemoError,
+    DemoOptions,
+    DemoState,
+    Progress,
+    SegmentSource,
+    plan_segments,
+    state_path,
+)
+from inferledger.storage import Storage
+from models.workload import scrape_targets, ticks
+from tests.conftest import ROOT, free_port
+
+DAYS = 0.01  # 14.4 minutes of history
+RATE = 0.3
+SEED = 4
+
+
+def start_demo(db: Path, clock=time.time, **kw: object) -> tuple[Demo, io.StringIO]:
+    out = io.StringIO()
+    kw = {"days": DAYS, "rate_scale": RATE, "seed": SEED, **kw}
+    options = DemoOptions(db=db, port=free_port(), **kw)  # type: ignore[arg-type]
+    demo = Demo(options, out=out, err=io.StringIO(), clock=clock)
+    demo.start()
+    return demo, out
+
+
+def storage_of(demo: Demo) -> Storage:
+    assert demo.service is not None
+    assert demo.service.ingestor.flush(30)
+    return demo.service.storage
+
+
+def ns(t: float) -> int:
+    return round(t * 1e9)
+
+
+def expected_history(demo: Demo, start: float) -> tuple[int, int]:
+    """(attempts, llm calls to engines) that the history [start, t0) holds: regenerated from
+    the seed, independently of what the demo sent."""
+    source = SegmentSource(SEED, RATE)
+    attempts = calls = 0
+    for span in plan_segments(start, demo.t0)[0]:
+        seg = source.get(span)
+        ended = seg.attempts_ending(-float("inf"), demo.t0)
+        attempts += len(ended)
+        refs = seg.builder._refs  # the test counts the engine calls of each attempt
+        calls += sum(
+            1
+            for i in ended
+            for step in refs[i].attempt.steps
+            for call in step.calls
+            if call.engine_index >= 0
+        )
+    return attempts, calls
+
+
+@pytest.fixture
+def loaded(tmp_path):
+    demo, out = start_demo(tmp_path / "demo.duckdb")
+    try:
+        assert demo.wait_history(60), demo.failed
+        yield demo, out
+    finally:
+        demo.stop()
+
+
+def test_history_goes_through_the_real_ingest_path(loaded):
+    demo, out = loaded
+    assert "ready: the dashboard is at http://127.0.0.1:" in out.getvalue()
+    st = storage_of(demo)
+    t0, start = demo.t0, demo.t0 - DAYS * DAY_S
+    # Traces: app spans and vLLM spans, joined CLIENT -> llm_request.
+    engine, linked = st.fetchall(
+        """
+        select count(*), count(c.span_id)
+        from spans e left join spans c
+          on c.trace_id = e.trace_id and c.span_id = e.parent_span_id and c.kind = 3
+             and c.gen_ai_operation = 'chat' and c.gen_ai_provider = 'vllm'
+        where e.name = 'llm_request' and e.end_ns < ?
+        """,
+        [ns(t0)],
+    )[0]
+    attempts, calls = expected_history(demo, start)
+    roots = st.scalar(
+        "select count(*) from spans where parent_span_id is null and name like 'POST /%' "
+        "and end_ns < ?",
+        [ns(t0)],
+    )
+    assert roots == attempts > 0
+    assert engine == linked == calls > 0
+    services = {r[0] for r in st.fetchall("select distinct service_name from spans")}
+    assert {"vllm-llama-8b", "code-assistant"} <= services
+    teams = st.scalar(
+        "select count(distinct team) from spans where parent_span_id is null and end_ns < ?",
+        [ns(t0)],
+    )
+    assert teams >= 2
+    assert (
+        st.scalar(
+            "select count(*) from spans where task_id is null and kind = 2 and name like 'POST %'"
+        )
+        == 0
+    )
+    # Metrics: every target at every 15 s of the history, with historical timestamps.
+    targets = scrape_targets(SegmentSource(SEED, RATE).config)
+    hist = st.fetchall(
+        "select target, kind, deployment, count(*), bool_and(up) from scrapes "
+        "where ts < ? group by all order by target",
+        [datetime.fromtimestamp(t0, UTC)],
+    )
+    n = len(ticks(start, t0))
+    assert {(t, k, d) for t, k, d, _, _ in hist} == {
+        (t.name, t.kind, t.deployment) for t in targets
+    }
+    assert all(count == n and up for *_, count, up in hist)
+    first, last = st.fetchall(
+        "select min(ts), max(ts) from metric_samples where ts < ?",
+        [datetime.fromtimestamp(t0, UTC)],
+    )[0]
+    assert first.timestamp() == pytest.approx(ticks(start, t0)[0])
+    assert last.timestamp() == pytest.approx(t0 - 15)
+    families = {
+        r[0]
+        for r in st.fetchall(
+            "select distinct family from metric_samples where family in "
+            "('vllm:prompt_tokens', 'vllm:time_to_first_token_seconds', "
+            "'DCGM_FI_DEV_GPU_UTIL', 'DCGM_FI_DEV_POWER_USAGE')"
+        )
+    }
+    assert len(families) == 4
+    state = DemoState.load(state_path(demo.options.db))
+    assert state is not None and state.status == "complete"
+    assert state.spans >= roots and state.samples > 0
+
+
+def test_live_traffic_continues(loaded):
+    demo, _ = loaded
+    st = storage_of(demo)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if st.scalar(
+            "select count(*) from scrapes where ts >= ?", [datetime.fromtimestamp(demo.t0, UTC)]
+        ):
+            break
+        time.sleep(0.2)
+    live = st.fetchall(
+        "select count(distinct target) from scrapes where ts >= ?",
+        [datetime.fromtimestamp(demo.t0, UTC)],
+    )[0][0]
+    assert live == 7
+
+
+def test_rerun_reuses_then_rebuild_regenerates(tmp_path):
+    db = tmp_path / "demo.duckdb"
+    demo, _ = start_demo(db)
+    try:
+        assert demo.wait_history(60), demo.failed
+        t0 = demo.t0
+        before = storage_of(demo).scalar("select count(*) from spans where end_ns < ?", [ns(t0)])
+    finally:
+        demo.stop()
+    # The next run starts two minutes later (a clock ahead of the wall): a gap to backfill.
+    demo, out = start_demo(db, seed=99, clock=lambda: time.time() + 120)
+    try:
+        assert demo.wait_history(60), demo.failed
+        text = out.getvalue()
+        assert f"reusing {db}" in text and "ignoring --seed 99" in text
+        assert "filling the" in text
+        st = storage_of(demo)
+        assert st.scalar("select count(*) from spans where end_ns < ?", [ns(t0)]) == before
+        # No scrape twice, none missing from the first run's start to this run's.
+        rows = st.fetchall(
+            "select target, count(*), count(distinct ts) from scrapes where ts < ? group by 1",
+            [datetime.fromtimestamp(demo.t0, UTC)],
+        )
+        n = len(ticks(t0 - DAYS * DAY_S, demo.t0))
+        assert all(count == distinct == n for _, count, distinct in rows)
+    finally:
+        demo.stop()
+    demo, out = start_demo(db, rebuild=True, days=0.005, clock=lambda: time.time() + 240)
+    try:
+        assert "--rebuild: removed" in out.getvalue()
+        assert demo.wait_history(60), demo.failed
+        st = storage_of(demo)
+        oldest = st.scalar("select min(ts) from scrapes").timestamp()
+        assert oldest == pytest.approx(ticks(demo.t0 - 0.005 * DAY_S, demo.t0)[0])
+    finally:
+        demo.stop()
+
+
+def test_interrupted_load_is_marked_and_resumed(tmp_path):
+    db = tmp_path / "demo.duckdb"
+    demo, _ = start_demo(db, days=0.03)
+    first_t0 = demo.t0
+    demo.stop()  # at once: the history cannot be loaded yet
+    state = DemoState.load(state_path(db))
+    assert state is not None and state.status == "loading"
+    demo, out = start_demo(db)
+    try:
+        assert "resuming the history load" in out.getvalue()
+        assert demo.wait_history(60), demo.failed
+        state = DemoState.load(state_path(db))
+        assert state is not None and state.status == "complete" and state.regions == []
+        st = storage_of(demo)
+        oldest = st.scalar("select min(ts) from scrapes").timestamp()
+        assert oldest == pytest.approx(ticks(first_t0 - 0.03 * DAY_S, first_t0)[0])
+        assert st.scalar("select count(*) - count(distinct (target, ts)) from scrapes") == 0
+        n = len(ticks(first_t0 - 0.03 * DAY_S, demo.t0))
+        assert (
+            st.scalar(
+                "select count(*) from scrapes where ts < ?", [datetime.fromtimestamp(demo.t0, UTC)]
+            )
+            == 7 * n
+        )
+    finally:
+        demo.stop()
+
+
+def test_refuses_a_database_it_did_not_make(tmp_path):
+    db = tmp_path / "mine.duckdb"
+    Storage(db).open().close()
+    with pytest.raises(DemoError, match="was not made by `inferledger demo`"):
+        Demo(DemoOptions(db=db, port=free_port()), out=io.StringIO()).start()
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [({"days": 0}, "--days"), ({"rate_scale": -1}, "--rate-scale"), ({"port": 0}, "--port")],
+)
+def test_bad_options(kw, message):
+    with pytest.raises(DemoError, match=message):
+        DemoOptions(db=Path("x"), **kw)
+
+
+def test_segments_cover_the_history_newest_first():
+    t0 = 1_780_000_020.0
+    segments, live = plan_segments(t0 - 2.5 * DAY_S, t0)
+    assert segments[0] == live and live.end == t0 + 3600 and live.start == t0 - DAY_S
+    assert [s.duration for s in segments[1:]] == [DAY_S, DAY_S / 2]
+    assert segments[-1].start == t0 - 2.5 * DAY_S
+    assert all(a.start == b.end for a, b in itertools.pairwise(segments))
+    assert plan_segments(t0, t0) == ([], live.__class__(t0, t0 + 3600))
+
+
+def test_progress_without_a_terminal():
+    stream = io.StringIO()
+    progress = Progress(stream, 10.0)
+    progress.draw(force=True)
+    progress.advance(5, spans=1200, samples=34_000)
+    progress.draw(force=True)
+    progress.finish("history loaded")
+    lines = stream.getvalue().splitlines()
+    assert "\r" not in stream.getvalue()
+    assert "50%" in lines[1] and "1,200 spans" in lines[1] and lines[-1] == "history loaded"
+
+
+def test_cli_reaches_ready_and_exits_0_on_sigterm(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("INFERLEDGER_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "inferledger.demo",
+            "--db",
+            str(tmp_path / "cli.duckdb"),
+            "--days",
+            "0.003",
+            "--rate-scale",
+            "0.1",
+            "--port",
+            str(port),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+        cwd=ROOT,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 40
+        lines = []
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if line.startswith("ready:"):
+                break
+        assert any(f"http://127.0.0.1:{port}/" in ln for ln in lines if ln.startswith("ready:"))
+        proc.send_signal(signal.SIGTERM)
+        rc = proc.wait(40)
+        rest = proc.stdout.read()
+        assert rc == 0, proc.stderr.read()
+        assert "Traceback" not in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
