@@ -10,23 +10,11 @@ from __future__ import annotations
 import random
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from models.otlp import add_attribute as _set
+
 BASE_NS = 1_780_000_000_000_000_000  # 2026-05-28
-
-
-def _set(kvs: object, key: str, value: object) -> None:
-    kv: KeyValue = kvs.add()  # type: ignore[attr-defined]
-    kv.key = key
-    if isinstance(value, bool):
-        kv.value.bool_value = value
-    elif isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, float):
-        kv.value.double_value = value
-    else:
-        kv.value.string_value = str(value)
 
 
 def vllm_attributes(rng: random.Random, i: int) -> list[tuple[str, object]]:

@@ -413,7 +413,7 @@ def test_resent_batch_is_not_duplicated(live) -> None:
 def test_attributes_read_into_columns_lose_nothing(live) -> None:
     """Keys the product reads become typed columns; a key a fallback chain passed over, or one
     whose value had an unexpected type, stays in the attributes map."""
-    from inferledger.fixtures import _set
+    from models.otlp import add_attribute as _set
 
     req = make_export_request(1, seed=31)
     span = req.resource_spans[0].scope_spans[0].spans[0]

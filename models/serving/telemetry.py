@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from models.otlp import add_attribute as _set
 from models.serving.dcgm_metrics import GpuMetricsTimeline, render_dcgm_metrics
 from models.serving.records import RequestRecord
 from models.serving.request import FinishReason
@@ -81,19 +81,6 @@ def _digest(kind: str, record: RequestRecord, salt: str, size: int) -> bytes:
     text = f"{kind}\x00{salt}\x00{record.replica}\x00{record.request_id}".encode()
     raw = hashlib.blake2b(text, digest_size=size).digest()
     return raw if any(raw) else b"\x01" + raw[1:]
-
-
-def _set(attrs: Any, key: str, value: object) -> None:
-    kv: KeyValue = attrs.add()
-    kv.key = key
-    if isinstance(value, bool):
-        kv.value.bool_value = value
-    elif isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, float):
-        kv.value.double_value = value
-    else:
-        kv.value.string_value = str(value)
 
 
 def _traced(record: RequestRecord, include_branch_attributes: bool) -> bool:

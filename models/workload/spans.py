@@ -26,6 +26,7 @@ import numpy as np
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span, Status
 
+from models.otlp import add_attribute as _set
 from models.serving.request import FinishReason
 from models.serving.telemetry import engine_spans
 from models.workload.config import AppConfig, DeploymentConfig
@@ -41,19 +42,6 @@ DEFAULT_MAX_SPANS = 3000
 def engine_instance(deployment: DeploymentConfig, replica: int) -> str:
     """The name of one engine everywhere: its scrape target, and service.instance.id."""
     return f"{deployment.service_name}-{replica}"
-
-
-def _set(attrs: Any, key: str, value: object) -> None:
-    kv = attrs.add()
-    kv.key = key
-    if isinstance(value, bool):
-        kv.value.bool_value = value
-    elif isinstance(value, int):
-        kv.value.int_value = value
-    elif isinstance(value, float):
-        kv.value.double_value = value
-    else:
-        kv.value.string_value = str(value)
 
 
 @dataclass(frozen=True, slots=True)
