@@ -16,9 +16,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-import yaml
-
 from inferledger.errors import SettingsError
+from inferledger.yaml_files import read_yaml_file
 
 ENV_PREFIX = "INFERLEDGER_"
 
@@ -343,16 +342,7 @@ def _flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SettingsError(f"config file {str(p)!r}: {exc.strerror or exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        raise SettingsError(f"config file {str(p)!r} is not valid YAML{where}") from None
+    doc = read_yaml_file(p, f"config file {str(p)!r}", SettingsError)
     if doc is None:
         return {}
     if not isinstance(doc, Mapping):

@@ -190,7 +190,7 @@ def test_model_and_gpu_are_required(capsys):
 
 
 BAD_FILES = [
-    ("model: [unclosed", "is not valid YAML (line 1)"),
+    ("model: [unclosed", "is not valid YAML at line 1"),
     ("- a\n- b\n", "must be a mapping of scenario fields"),
     ("model: llama-3.1-8b\nfoo: 1\n", "unknown field(s) foo"),
     ("num_prompts: many\n", ": num_prompts must be an integer, got 'many'"),

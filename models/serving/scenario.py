@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from inferledger.errors import BadInputError
+from inferledger.yaml_files import read_yaml_file
 from models.gpu_catalog import Precision, get_gpu, parse_precision
 from models.model_catalog import get_model
 from models.serving.cluster import Cluster
@@ -369,16 +369,7 @@ def _mix_from_data(raw: Any, where: str) -> tuple[TrafficClass, ...]:
 def load_scenario(path: str | Path) -> ScenarioConfig:
     """Read a scenario YAML file."""
     where = str(path)
-    try:
-        text = Path(path).read_text("utf-8")
-    except OSError as exc:
-        raise BadInputError(f"scenario file {where}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f" (line {mark.line + 1})" if mark is not None else ""
-        raise BadInputError(f"scenario file {where} is not valid YAML{line}") from None
+    data = read_yaml_file(path, f"scenario file {where}", BadInputError)
     return scenario_from_mapping(data if data is not None else {}, where)
 
 

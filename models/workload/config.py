@@ -20,8 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from inferledger.yaml_files import parse_yaml, read_yaml_file
 from models.workload.distributions import (
     Distribution,
     LogNormal,
@@ -625,16 +624,8 @@ def load_workload(path: str | Path | None = None) -> WorkloadConfig:
     if path is None:
         where = "models/data/workload.yaml"
         text = resources.files("models").joinpath("data", "workload.yaml").read_text("utf-8")
+        doc = parse_yaml(text, where, WorkloadConfigError)
     else:
         where = str(path)
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise WorkloadConfigError(f"{where}: {exc.strerror or exc}") from None
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark is not None else ""
-        raise WorkloadConfigError(f"{where} is not valid YAML{at}") from None
+        doc = read_yaml_file(path, where, WorkloadConfigError)
     return workload_from_dict(doc, where)
