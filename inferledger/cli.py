@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from inferledger import __version__
 from inferledger.errors import InferLedgerError, SettingsError
@@ -79,59 +79,66 @@ def _load(args: argparse.Namespace):
     return load_settings(config, cli)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def report_errors(command: Callable[[], int]) -> int:
+    """Run a command; an error the user can fix prints one line and exits 2."""
     try:
-        if args.command == "serve":
-            settings = _load(args)
-            from inferledger.server import serve
-
-            return serve(settings)
-        if args.command == "settings":
-            if args.markdown:
-                sys.stdout.write(settings_markdown())
-                return 0
-            loaded = _load(args)
-            for setting in SETTINGS:
-                print(
-                    f"{setting.name} = {loaded[setting.name]!r}  ({loaded.sources[setting.name]})"
-                )
-            return 0
-        if args.command == "steptime":
-            from models.steptime import steptime_command
-
-            print(
-                steptime_command(
-                    args.model,
-                    args.gpu,
-                    args.dtype,
-                    args.batch,
-                    args.context,
-                    prefill_tokens=args.prefill_tokens,
-                    tp=args.tp,
-                    kv_dtype=args.kv_cache_dtype,
-                )
-            )
-            return 0
-        if args.command == "calibrate":
-            from models.calibration import calibrate_command
-
-            print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
-            return 0
-        if args.command == "demo":
-            from inferledger.demo import run as run_demo
-
-            return run_demo(args)
-        if args.command == "simulate":
-            from inferledger.simulate import run as run_simulate
-
-            return run_simulate(args)
+        return command()
     except SettingsError as exc:
         print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
         return 2
     except InferLedgerError as exc:
         print(f"inferledger: {exc}", file=sys.stderr)
         return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return report_errors(lambda: _dispatch(args))
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.command == "serve":
+        settings = _load(args)
+        from inferledger.server import serve
+
+        return serve(settings)
+    if args.command == "settings":
+        if args.markdown:
+            sys.stdout.write(settings_markdown())
+            return 0
+        loaded = _load(args)
+        for setting in SETTINGS:
+            print(f"{setting.name} = {loaded[setting.name]!r}  ({loaded.sources[setting.name]})")
+        return 0
+    if args.command == "steptime":
+        from models.steptime import steptime_command
+
+        print(
+            steptime_command(
+                args.model,
+                args.gpu,
+                args.dtype,
+                args.batch,
+                args.context,
+                prefill_tokens=args.prefill_tokens,
+                tp=args.tp,
+                kv_dtype=args.kv_cache_dtype,
+            )
+        )
+        return 0
+    if args.command == "calibrate":
+        from models.calibration import calibrate_command
+
+        print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
+        return 0
+    if args.command == "demo":
+        from inferledger.demo import run as run_demo
+
+        return run_demo(args)
+    if args.command == "simulate":
+        from inferledger.simulate import run as run_simulate
+
+        return run_simulate(args)
     return 1
 
 

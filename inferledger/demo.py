@@ -46,7 +46,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from inferledger.errors import InferLedgerError, SettingsError
+from inferledger.errors import InferLedgerError
 
 if TYPE_CHECKING:  # heavy imports happen in run(), not when the CLI builds its parser
     from inferledger.server import Service
@@ -159,14 +159,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferledger")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["demo", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return run(args)
-    except SettingsError as exc:
-        print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    except InferLedgerError as exc:
-        print(f"inferledger: {exc}", file=sys.stderr)
-        return 2
+    from inferledger.cli import report_errors  # cli imports this module: import late
+
+    return report_errors(lambda: run(args))
 
 
 # --- options and state --------------------------------------------------------------------
