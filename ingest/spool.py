@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from inferledger.errors import StorageError
+
 log = logging.getLogger(__name__)
 
 _NAME = re.compile(r"^(\d{20})\.otlp$")
@@ -38,10 +40,15 @@ class Spool:
         self.directory = Path(directory)
         self.failed_directory = self.directory / "failed"
         self._lock = threading.Lock()
-        self.directory.mkdir(parents=True, exist_ok=True)
-        for stale in self.directory.glob("*.tmp"):  # a crash mid-write: never acknowledged
-            stale.unlink(missing_ok=True)
-        existing = self.pending()
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            for stale in self.directory.glob("*.tmp"):  # a crash mid-write: never acknowledged
+                stale.unlink(missing_ok=True)
+            existing = self.pending()
+        except OSError as exc:
+            raise StorageError(
+                f"cannot use spool folder {str(self.directory)!r}: {exc.strerror or exc}"
+            ) from None
         self._next_seq = existing[-1].seq + 1 if existing else 1
 
     def pending(self) -> list[SpoolEntry]:
