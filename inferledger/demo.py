@@ -51,7 +51,8 @@ from inferledger.errors import InferLedgerError
 if TYPE_CHECKING:  # heavy imports happen in run(), not when the CLI builds its parser
     from inferledger.server import Service
     from inferledger.settings import ScrapeTarget
-    from models.workload.feed import SimulatedSegment
+    from models.workload.feed import ScrapePages, SimulatedSegment
+    from models.workload.segments import Segment, SegmentSource
 
 log = logging.getLogger(__name__)
 
@@ -62,14 +63,13 @@ MAX_DAYS = 90.0
 STATE_FORMAT = 1
 SCRAPE_INTERVAL_S = 15.0
 DAY_S = 86_400.0
-FIRST_LIVE_S = 3_600.0  # the newest history day's simulation runs on this far past the start
 LIVE_SEGMENT_S = DAY_S  # later live traffic is simulated a day at a time...
 LIVE_LEAD_S = 1_800.0  # ...starting this long before it is needed
 LIVE_TICK_S = 5.0  # how often live spans are sent
 HISTORY_WINDOW_S = 3_600.0  # history is sent an hour at a time, newest hour first
 HISTORY_SENDERS = 4
-METRIC_COST = 15.0  # a day of scrapes takes about this many times as long as a day of traces
-HISTORY_METRIC_WORKERS = 3
+METRIC_COST = 18.0  # a day of scrapes takes about this many times as long as a day of traces
+HISTORY_METRIC_WORKERS = 8
 EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
 
 
@@ -353,6 +353,10 @@ class Progress:
         self.draw()
 
     def draw(self, force: bool = False) -> None:
+        with self._lock:  # called from the sender threads too
+            self._draw(force)
+
+    def _draw(self, force: bool) -> None:
         now = time.monotonic()
         if not force and now - self._last < (0.25 if self.tty else 10.0):
             return
@@ -375,10 +379,11 @@ class Progress:
         self.stream.flush()
 
     def finish(self, message: str) -> None:
-        if self.tty:
-            self.stream.write("\r\033[K")
-        self.stream.write(message + "\n")
-        self.stream.flush()
+        with self._lock:
+            if self.tty:
+                self.stream.write("\r\033[K")
+            self.stream.write(message + "\n")
+            self.stream.flush()
 
 
 def _duration(seconds: float) -> str:
@@ -564,101 +569,6 @@ class MetricReplayer:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-# --- the simulated company ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Span:
-    """A stretch of simulated time (Unix seconds)."""
-
-    start: float
-    end: float
-
-    @property
-    def duration(self) -> float:
-        return self.end - self.start
-
-
-class SegmentSource:
-    """Simulates segments (the CPU-heavy part). A segment someone has acquired is kept until
-    released; two threads asking for the same segment at once share one simulation."""
-
-    def __init__(self, seed: int, rate_scale: float) -> None:
-        from models.workload import build_deployments, build_pools, load_workload
-
-        config = load_workload()
-        if rate_scale != 1.0:
-            config = config.scaled(rate_scale)
-        self.config = config
-        self.seed = seed
-        self.pools = build_pools(config, seed)
-        # Deployments hold configs and predictors only: safe to share between threads.
-        self.deployments = build_deployments(config, sample_interval_s=SCRAPE_INTERVAL_S)
-        self._kept: dict[Span, SimulatedSegment] = {}
-        self._refs: dict[Span, int] = {}
-        self._building: dict[Span, threading.Event] = {}
-        self._lock = threading.Lock()
-
-    def acquire(self, span: Span) -> SimulatedSegment:
-        with self._lock:
-            self._refs[span] = self._refs.get(span, 0) + 1
-        return self.get(span)
-
-    def release(self, span: Span) -> None:
-        with self._lock:
-            left = self._refs.get(span, 0) - 1
-            if left > 0:
-                self._refs[span] = left
-            else:
-                self._refs.pop(span, None)
-                self._kept.pop(span, None)
-
-    def get(self, span: Span) -> SimulatedSegment:
-        from models.workload.feed import SimulatedSegment
-
-        while True:
-            with self._lock:
-                if span in self._kept:
-                    return self._kept[span]
-                waiting = self._building.get(span)
-                if waiting is None:
-                    self._building[span] = threading.Event()
-                    break
-            waiting.wait()
-        try:
-            segment = SimulatedSegment(
-                self.config,
-                self.pools,
-                self.deployments,
-                seed=self.seed,
-                start_unix_s=span.start,
-                duration_s=span.duration,
-            )
-            with self._lock:
-                if self._refs.get(span):
-                    self._kept[span] = segment
-            return segment
-        finally:
-            with self._lock:
-                self._building.pop(span).set()
-
-
-def plan_segments(history_start: float, t0: float) -> tuple[list[Span], Span]:
-    """(history segments newest first, the first live segment).
-
-    The newest history segment runs on FIRST_LIVE_S past t0: the first live hour continues the
-    same simulation, so the engines do not restart when the demo starts. Older segments are a
-    day each (the engines restart between them, as after a nightly deploy)."""
-    first = Span(max(history_start, t0 - DAY_S), t0 + FIRST_LIVE_S)
-    segments = [first] if history_start < t0 else []
-    end = first.start
-    while end > history_start:
-        start = max(history_start, end - DAY_S)
-        segments.append(Span(start, end))
-        end = start
-    return segments, first
-
-
 # --- the demo -----------------------------------------------------------------------------
 
 
@@ -688,12 +598,15 @@ class Demo:
         self._http: threading.Thread | None = None
         self._http_error: BaseException | None = None
         self._closers: list[Callable[[], None]] = []
+        self._stopped = False
 
     # -- lifecycle --------------------------------------------------------------------------
     def start(self) -> Demo:
         from inferledger.server import Service
         from inferledger.settings import ScrapeTarget, load_settings
+        from models.workload import load_workload
         from models.workload.feed import scrape_targets
+        from models.workload.segments import SegmentSource, plan_segments
 
         opts = self.options
         settings = load_settings(
@@ -711,7 +624,10 @@ class Demo:
         self._serve()
         self.url = f"http://{opts.host}:{opts.port}"
         self._wait_ready()
-        source = SegmentSource(state.seed, state.rate_scale)
+        config = load_workload()
+        if state.rate_scale != 1.0:
+            config = config.scaled(state.rate_scale)
+        source = SegmentSource(config, state.seed)
         targets = {
             t.name: ScrapeTarget(t.name, t.url, SCRAPE_INTERVAL_S, 10.0, t.kind, t.deployment)
             for t in scrape_targets(source.config)
@@ -845,6 +761,7 @@ class Demo:
                 log.exception("demo thread failed")
                 self.failed = self.failed or f"{type(exc).__name__}: {exc}"
                 self.stop_event.set()
+                self.history_done.set()
 
         return run
 
@@ -855,7 +772,11 @@ class Demo:
 
     def stop(self) -> None:
         """Stop feeding, drain what was sent, stop the service. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
         self.stop_event.set()
+        self.history_done.set()  # wake wait_history(): the history will not progress now
         for thread in self._threads:
             # A thread busy simulating cannot be interrupted; it holds no resources, so do not
             # wait long for it (daemon threads end with the process).
@@ -894,7 +815,7 @@ class _HistoryLoader:
         source: SegmentSource,
         targets: dict[str, ScrapeTarget],
         t0: float,
-        shared: Span,
+        shared: Segment,
     ) -> None:
         assert demo.service is not None and demo.state is not None
         self.demo = demo
@@ -923,8 +844,8 @@ class _HistoryLoader:
             raise DemoError(self.sender.error or self.replayer.error or "")
         return not self.demo.stop_event.is_set()
 
-    def _segment(self, span: Span) -> SimulatedSegment:
-        return self.source.get(span)
+    def _segment(self, seg: Segment) -> SimulatedSegment:
+        return self.source.get(seg)
 
     def _spans_stored(self, spans: int) -> None:
         assert self.demo.state is not None
@@ -952,6 +873,8 @@ class _HistoryLoader:
                 self.source.release(self.shared)
 
     def _load(self) -> None:
+        from models.workload.segments import plan_segments
+
         demo = self.demo
         state = demo.state
         assert state is not None and demo.service is not None
@@ -960,8 +883,8 @@ class _HistoryLoader:
         for k, region in enumerate(state.regions):
             if region.traces_done:
                 continue
-            for span in plan_segments(region.start, region.end)[0]:
-                if not self._send_traces(self._segment(span), span, region.end):
+            for seg in plan_segments(region.start, region.end)[0]:
+                if not self._send_traces(self._segment(seg), seg, region.end):
                     return
             self.sender.drain()
             if not self._check():
@@ -971,8 +894,8 @@ class _HistoryLoader:
             state.save(regions=regions)
         self.progress.phase = "metrics"
         for region in state.regions:
-            for span in plan_segments(region.start, region.end)[0]:
-                if not self._replay_metrics(span, region.end):
+            for seg in plan_segments(region.start, region.end)[0]:
+                if not self._replay_metrics(seg, region.end):
                     return
         self.replayer.drain()
         self.sender.drain()
@@ -986,35 +909,35 @@ class _HistoryLoader:
             f"({self.replayer.scrapes:,} scrapes) in {_duration(time.monotonic() - started)}"
         )
 
-    def _send_traces(self, segment: SimulatedSegment, span: Span, region_end: float) -> bool:
+    def _send_traces(self, simulated: SimulatedSegment, seg: Segment, region_end: float) -> bool:
         # Attempts whose root span ended before the region's end are history (later ones were
         # live traffic's), sent an hour at a time, newest first; the oldest window takes
         # everything before it too.
-        upper = min(region_end, segment.last_end_unix_s + 1.0)
-        weight = (min(span.end, region_end) - span.start) / DAY_S
-        whole = max(upper - span.start, 1.0)
+        upper = min(region_end, simulated.last_end_unix_s + 1.0)
+        weight = (min(seg.end, region_end) - seg.start) / DAY_S
+        whole = max(upper - seg.start, 1.0)
         end = upper
         while True:
             start = end - HISTORY_WINDOW_S
-            oldest = start <= span.start
-            for req, n in segment.export_requests(-math.inf if oldest else start, end):
+            oldest = start <= seg.start
+            for req, n in simulated.export_requests(-math.inf if oldest else start, end):
                 if not self._check():
                     return False
                 self.sender.submit(req.SerializeToString(), n, self._spans_stored)
-            self.progress.advance(weight * min(end - max(start, span.start), whole) / whole)
+            self.progress.advance(weight * min(end - max(start, seg.start), whole) / whole)
             if oldest:
                 return self._check()
             end = start
 
-    def _replay_metrics(self, span: Span, region_end: float) -> bool:
+    def _replay_metrics(self, seg: Segment, region_end: float) -> bool:
         from models.workload.feed import ticks
 
         assert self.demo.service is not None
         storage = self.demo.service.storage
-        end = min(span.end, region_end)
-        segment: SimulatedSegment | None = None
-        while end > span.start:
-            start = max(span.start, end - HISTORY_WINDOW_S)
+        end = min(seg.end, region_end)
+        pages: ScrapePages | None = None
+        while end > seg.start:
+            start = max(seg.start, end - HISTORY_WINDOW_S)
             stored = {
                 (target, round(at))
                 for target, at in storage.fetchall(
@@ -1025,9 +948,10 @@ class _HistoryLoader:
             for at in ticks(start, end).tolist():
                 if all((name, round(at)) in stored for name in self.targets):
                     continue
-                if segment is None:  # simulated only when something is left to replay
-                    segment = self._segment(span)
-                for target, text in segment.pages(at):
+                if pages is None:  # simulated only when something is left to replay
+                    # Keep the pages only: the segment's tasks and records can go.
+                    pages = self._segment(seg).scrape_pages()
+                for target, text in pages.pages(at):
                     if (target.name, round(at)) in stored:
                         continue
                     if not self._check():
@@ -1046,7 +970,7 @@ class _LiveFeeder:
         demo: Demo,
         source: SegmentSource,
         targets: dict[str, ScrapeTarget],
-        first: Span,
+        first: Segment,
         t0: float,
     ) -> None:
         assert demo.service is not None
@@ -1067,20 +991,22 @@ class _LiveFeeder:
         self.replayer.close()
 
     def run(self) -> None:
+        from models.workload.segments import Segment
+
         demo = self.demo
         state = demo.state
         assert state is not None
         stop = demo.stop_event
-        active: list[tuple[Span, SimulatedSegment]] = [
+        active: list[tuple[Segment, SimulatedSegment]] = [
             (self.first, self.source.acquire(self.first))
         ]
         span_mark = self.t0
         next_tick = self.t0
         while not stop.is_set():
             now = demo.clock()
-            last_span, _ = active[-1]
-            if last_span.end - now < LIVE_LEAD_S:
-                nxt = Span(last_span.end, last_span.end + LIVE_SEGMENT_S)
+            last_seg, _ = active[-1]
+            if last_seg.end - now < LIVE_LEAD_S:
+                nxt = Segment(last_seg.end, last_seg.end + LIVE_SEGMENT_S)
                 active.append((nxt, self.source.get(nxt)))
                 continue
             for _, segment in active:
@@ -1107,7 +1033,7 @@ class _LiveFeeder:
             wait = min(LIVE_TICK_S, max(0.0, next_tick - demo.clock())) or LIVE_TICK_S
             stop.wait(wait)
 
-    def _scrape(self, active: list[tuple[Span, SimulatedSegment]], at: float) -> bool:
+    def _scrape(self, active: list[tuple[Segment, SimulatedSegment]], at: float) -> bool:
         """Store every target's page at `at`; False when stopping before all were queued."""
         assert self.demo.service is not None and self.demo.state is not None
         # A page the previous run stored just before it stopped is not stored twice.
@@ -1118,9 +1044,9 @@ class _LiveFeeder:
             )
         }
         state = self.demo.state
-        for span, segment in active:
-            if span.start <= at < span.end:
-                for target, text in segment.pages(at):
+        for seg, simulated in active:
+            if seg.start <= at < seg.end:
+                for target, text in simulated.pages(at):
                     if target.name in stored:
                         continue
                     if not self.replayer.submit(

@@ -15,19 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from inferledger.demo import (
-    DAY_S,
-    Demo,
-    DemoError,
-    DemoOptions,
-    DemoState,
-    Progress,
-    SegmentSource,
-    plan_segments,
-    state_path,
-)
+from inferledger.demo import DAY_S, Demo, DemoError, DemoOptions, DemoState, Progress, state_path
 from inferledger.storage import Storage
-from models.workload import scrape_targets, ticks
+from models.workload import load_workload, scrape_targets, ticks
+from models.workload.segments import Segment, SegmentSource, plan_segments
 from tests.conftest import ROOT, free_port
 
 DAYS = 0.01  # 14.4 minutes of history
@@ -57,10 +48,10 @@ def ns(t: float) -> int:
 def expected_history(demo: Demo, start: float) -> tuple[int, int]:
     """(attempts, llm calls to engines) that the history [start, t0) holds: regenerated from
     the seed, independently of what the demo sent."""
-    source = SegmentSource(SEED, RATE)
+    source = SegmentSource(load_workload().scaled(RATE), SEED)
     attempts = calls = 0
-    for span in plan_segments(start, demo.t0)[0]:
-        seg = source.get(span)
+    for segment in plan_segments(start, demo.t0)[0]:
+        seg = source.get(segment)
         ended = seg.attempts_ending(-float("inf"), demo.t0)
         attempts += len(ended)
         refs = seg.builder._refs  # the test counts the engine calls of each attempt
@@ -122,7 +113,7 @@ def test_history_goes_through_the_real_ingest_path(loaded):
         == 0
     )
     # Metrics: every target at every 15 s of the history, with historical timestamps.
-    targets = scrape_targets(SegmentSource(SEED, RATE).config)
+    targets = scrape_targets(SegmentSource(load_workload().scaled(RATE), SEED).config)
     hist = st.fetchall(
         "select target, kind, deployment, count(*), bool_and(up) from scrapes "
         "where ts < ? group by all order by target",
@@ -259,7 +250,7 @@ def test_segments_cover_the_history_newest_first():
     assert [s.duration for s in segments[1:]] == [DAY_S, DAY_S / 2]
     assert segments[-1].start == t0 - 2.5 * DAY_S
     assert all(a.start == b.end for a, b in itertools.pairwise(segments))
-    assert plan_segments(t0, t0) == ([], live.__class__(t0, t0 + 3600))
+    assert plan_segments(t0, t0) == ([], Segment(t0, t0 + 3600))
 
 
 def test_progress_without_a_terminal():

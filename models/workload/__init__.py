@@ -12,7 +12,8 @@ Tasks and RequestSpecs are drawn first; the engines serve them; the app spans ar
 the engines' timings afterwards, so every app CLIENT span encloses the engine request it caused
 (whose span is parented on it through the W3C traceparent the request carried).
 `SimulatedSegment` (models.workload.feed) wraps it all for one stretch of time and also renders
-every scrape target's page. docs/demo.md describes the shipped scenario.
+every scrape target's page; models.workload.segments decides which stretches to simulate.
+docs/demo.md describes the shipped scenario.
 """
 
 from models.workload.arrivals import Burst, base_intensity, draw_arrivals
@@ -27,7 +28,13 @@ from models.workload.config import (
     workload_from_dict,
 )
 from models.workload.distributions import WorkloadConfigError
-from models.workload.feed import SimulatedSegment, TargetInfo, scrape_targets, ticks
+from models.workload.feed import (
+    ScrapePages,
+    SimulatedSegment,
+    TargetInfo,
+    scrape_targets,
+    ticks,
+)
 from models.workload.plan import (
     Attempt,
     LlmCall,
@@ -39,6 +46,7 @@ from models.workload.plan import (
     build_pools,
     plan_tasks,
 )
+from models.workload.segments import Segment, SegmentSource, plan_segments
 from models.workload.simulation import (
     Deployment,
     SimulatedPlan,
@@ -59,6 +67,9 @@ __all__ = [
     "LlmCall",
     "PromptPools",
     "RouteConfig",
+    "ScrapePages",
+    "Segment",
+    "SegmentSource",
     "SimulatedPlan",
     "SimulatedSegment",
     "SpanBuilder",
@@ -75,6 +86,7 @@ __all__ = [
     "draw_arrivals",
     "engine_instance",
     "load_workload",
+    "plan_segments",
     "plan_tasks",
     "scrape_targets",
     "simulate_plan",

@@ -14,13 +14,13 @@ name the engine's spans carry as service.instance.id) and one dcgm-exporter targ
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from models.serving.records import ReplicaRecord
+from models.serving.records import ReplicaRecord, SimulationResult
 from models.serving.telemetry import GpuMetricsTimeline, ReplicaMetricsTimeline
 from models.workload.config import DeploymentConfig, WorkloadConfig
 from models.workload.plan import PromptPools, TaskPlan, plan_tasks
@@ -97,9 +97,7 @@ class SimulatedSegment:
         )
         self.sim: SimulatedPlan = simulate_plan(plan, deployments)
         self.builder = SpanBuilder(self.sim)
-        self._targets = scrape_targets(config)
-        self._vllm: dict[str, ReplicaMetricsTimeline] | None = None
-        self._gpus: dict[str, list[GpuMetricsTimeline]] | None = None
+        self._pages: ScrapePages | None = None
 
     @property
     def plan(self) -> TaskPlan:
@@ -125,28 +123,50 @@ class SimulatedSegment:
             yield req, sum(len(ss.spans) for rs in req.resource_spans for ss in rs.scope_spans)
 
     # -- metrics --------------------------------------------------------------------------
-    def _build_timelines(self) -> None:
-        vllm: dict[str, ReplicaMetricsTimeline] = {}
-        gpus: dict[str, list[GpuMetricsTimeline]] = {}
-        for d in self.config.deployments:
-            result = self.sim.results[d.name]
+    def scrape_pages(self) -> ScrapePages:
+        """The segment's scrape pages (built once). They keep no task or request objects, so
+        a caller that only needs metrics can drop the segment and keep these."""
+        if self._pages is None:
+            self._pages = ScrapePages(
+                self.config, self.sim.results, self.start_unix_s, self.end_unix_s
+            )
+        return self._pages
+
+    def pages(self, at_unix_s: float) -> list[tuple[TargetInfo, str]]:
+        """Every target's page at at_unix_s (which must lie in the segment)."""
+        return self.scrape_pages().pages(at_unix_s)
+
+
+class ScrapePages:
+    """What every scrape target of a simulated segment shows, at any time in the segment."""
+
+    def __init__(
+        self,
+        config: WorkloadConfig,
+        results: Mapping[str, SimulationResult],
+        start_unix_s: float,
+        end_unix_s: float,
+    ) -> None:
+        self.start_unix_s = start_unix_s
+        self.end_unix_s = end_unix_s
+        self._targets = scrape_targets(config)
+        self._vllm: dict[str, ReplicaMetricsTimeline] = {}
+        self._gpus: dict[str, list[GpuMetricsTimeline]] = {}
+        for d in config.deployments:
+            result = results[d.name]
             for i in range(d.replicas):
-                vllm[engine_instance(d, i)] = ReplicaMetricsTimeline.from_result(
+                self._vllm[engine_instance(d, i)] = ReplicaMetricsTimeline.from_result(
                     result,
                     i,
                     model_name=d.served_model_name,
                     gpu_memory_utilization=d.gpu_memory_utilization,
                 )
-                gpus.setdefault(d.node, []).append(_gpu_timeline(d, result.replicas[i], i))
-        self._vllm, self._gpus = vllm, gpus
+                self._gpus.setdefault(d.node, []).append(_gpu_timeline(d, result.replicas[i], i))
 
     def pages(self, at_unix_s: float) -> list[tuple[TargetInfo, str]]:
         """Every target's page at at_unix_s (which must lie in the segment)."""
         if not self.start_unix_s <= at_unix_s < self.end_unix_s:
             raise ValueError(f"{at_unix_s} is outside the segment")
-        if self._vllm is None:
-            self._build_timelines()
-        assert self._vllm is not None and self._gpus is not None
         at = at_unix_s - self.start_unix_s
         out = []
         for target in self._targets:
