@@ -308,6 +308,13 @@ def workload_fingerprint() -> str:
     return hashlib.sha256(text + __version__.encode()).hexdigest()[:16]
 
 
+def _url_host(host: str) -> str:
+    """A listen address as a URL host: IPv6 in brackets; the wildcard as loopback."""
+    if host in ("0.0.0.0", "::", ""):
+        return "127.0.0.1"
+    return f"[{host}]" if ":" in host else host
+
+
 def state_path(db: Path) -> Path:
     return db.with_name(db.name + ".demo.json")
 
@@ -735,13 +742,23 @@ class Demo:
         self._http.start()
 
     def _wait_ready(self) -> None:
+        """Wait until this service is listening (its own socket, not whatever else answers on
+        the port) and ready."""
         import requests
 
+        assert self.service is not None
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
+        while not self.service.listen_addresses:
             if self._http is not None and not self._http.is_alive():
                 self.stop()
                 raise DemoError(f"cannot serve on {self.url}: {self._http_error}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise DemoError(f"the service did not start listening on {self.url} in 30 s")
+            time.sleep(0.02)
+        host, port = self.service.listen_addresses[0]
+        self.url = f"http://{_url_host(host)}:{port}"
+        while time.monotonic() < deadline:
             try:
                 if requests.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return
@@ -784,7 +801,7 @@ class Demo:
         for close in self._closers:
             close()
         self._closers = []
-        if self.state is not None and self.state.status != "complete":
+        if self._threads and self.state is not None and self.state.status != "complete":
             self._print(
                 f"stopped before the history was loaded: {self.state.path.name} marks "
                 f"{self.options.db} incomplete; the next `inferledger demo` finishes loading it "

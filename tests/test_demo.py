@@ -7,6 +7,7 @@ import io
 import itertools
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -232,6 +233,17 @@ def test_refuses_a_database_it_did_not_make(tmp_path):
     Storage(db).open().close()
     with pytest.raises(DemoError, match="was not made by `inferledger demo`"):
         Demo(DemoOptions(db=db, port=free_port()), out=io.StringIO()).start()
+
+
+def test_a_busy_port_is_one_clear_error(tmp_path):
+    # Whatever answers on the port is not this demo's service: nothing may be sent to it.
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        demo = Demo(DemoOptions(db=tmp_path / "d.duckdb", port=port, days=DAYS), out=io.StringIO())
+        with pytest.raises(DemoError, match=r"cannot serve on http://127.0.0.1:\d+: .*in use"):
+            demo.start()
 
 
 @pytest.mark.parametrize(
