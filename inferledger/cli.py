@@ -44,6 +44,13 @@ def build_parser() -> argparse.ArgumentParser:
     settings.add_argument(
         "--markdown", action="store_true", help="print the settings table of the docs"
     )
+    refresh = sub.add_parser(
+        "refresh", help="bring the cost marts up to date now (a server does it on a schedule)"
+    )
+    _add_setting_flags(refresh, ["db", "log_level"])
+    refresh.add_argument(
+        "--full", action="store_true", help="recompute every hour, not only the changed ones"
+    )
     steptime = sub.add_parser(
         "steptime", help="predict one engine step's time for a model, GPU and batch"
     )
@@ -70,6 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
     from inferledger.demo import add_parser as add_demo_parser
 
     add_demo_parser(sub)
+
+    from inferledger.outcomes_cli import add_parser as add_outcomes_parser
+
+    add_outcomes_parser(sub)
+
+    from inferledger.prices_cli import add_parser as add_prices_parser
+
+    add_prices_parser(sub)
     return parser
 
 
@@ -110,6 +125,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         for setting in SETTINGS:
             print(f"{setting.name} = {loaded[setting.name]!r}  ({loaded.sources[setting.name]})")
         return 0
+    if args.command == "refresh":
+        return _refresh(_load(args), full=args.full)
     if args.command == "steptime":
         from models.steptime import steptime_command
 
@@ -139,7 +156,37 @@ def _dispatch(args: argparse.Namespace) -> int:
         from inferledger.simulate import run as run_simulate
 
         return run_simulate(args)
+    if args.command == "outcomes":
+        from inferledger.outcomes_cli import run as run_outcomes
+
+        return run_outcomes(args)
+    if args.command == "prices":
+        from inferledger.prices_cli import run as run_prices
+
+        return run_prices(args)
     return 1
+
+
+def _refresh(settings, *, full: bool) -> int:
+    from pathlib import Path
+
+    from inferledger.server import prepare_reference_data
+    from inferledger.storage import Storage
+    from models.marts import Refresher
+
+    if not Path(settings["db"]).exists():
+        raise InferLedgerError(f"no database at {settings['db']}")
+    with Storage(settings["db"], read_timeout_s=settings["storage.read_timeout_s"]) as storage:
+        prepare_reference_data(storage, settings)
+        result = Refresher(
+            storage, max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000
+        ).refresh(full=full, trigger="cli")
+    what = ", ".join(result.reasons) or "nothing changed"
+    print(
+        f"refreshed {result.hours} h in {result.windows} windows ({result.requests:,} requests) "
+        f"in {result.seconds:.2f} s: {what}"
+    )
+    return 0
 
 
 if __name__ == "__main__":

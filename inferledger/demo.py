@@ -611,6 +611,7 @@ class Demo:
     def start(self) -> Demo:
         from inferledger.server import Service
         from inferledger.settings import ScrapeTarget, load_settings
+        from models.deployments import deployments_from_workload
         from models.workload import load_workload
         from models.workload.feed import scrape_targets
         from models.workload.segments import SegmentSource, plan_segments
@@ -627,11 +628,13 @@ class Demo:
         spool = Path(settings["ingest.spool_dir"] or f"{settings['db']}.spool")
         self.t0 = t0 = math.floor(self.clock() / SCRAPE_INTERVAL_S) * SCRAPE_INTERVAL_S
         self.state = state = self._prepare(spool, t0)
+        config = load_workload()
+        # The simulated deployments are configured, as a real one would be (docs/deployments.md).
+        settings = settings.replace(deployments=deployments_from_workload(config))
         self.service = Service(settings).start()
         self._serve()
         self.url = f"http://{opts.host}:{opts.port}"
         self._wait_ready()
-        config = load_workload()
         if state.rate_scale != 1.0:
             config = config.scaled(state.rate_scale)
         source = SegmentSource(config, state.seed)

@@ -11,6 +11,7 @@ import logging
 import signal
 import threading
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import flask
@@ -23,11 +24,26 @@ from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import Settings
 from inferledger.storage import Storage
 from ingest.otlp_receiver import TraceReceiver
+from ingest.outcomes import MAX_BODY_BYTES as OUTCOMES_MAX_BODY_BYTES
+from ingest.outcomes import OutcomeReceiver
 from ingest.scraper import Scraper, scrape_executors
 from ingest.span_ingestor import SpanIngestor
 from ingest.spool import Spool
+from models.deployments import sync_configured
+from models.efficiency import seed_slo_targets_if_empty
+from models.marts import Refresher
+from models.price_book import seed_if_empty
 
 log = logging.getLogger(__name__)
+
+
+def prepare_reference_data(storage: Storage, settings: Settings) -> None:
+    """What the cost model needs besides telemetry, at every open: the configured deployments,
+    and the price book and SLO targets seeded into a database that never had them."""
+    sync_configured(storage, settings["deployments"])
+    seed_if_empty(storage, settings["prices.file"] or None)
+    seed_slo_targets_if_empty(storage)
+
 
 _DRAIN_TIMEOUT_S = 15.0
 
@@ -62,6 +78,13 @@ class Service:
             max_body_bytes=settings["ingest.max_body_bytes"],
             retry_after_s=settings["ingest.retry_after_s"],
         )
+        self.outcome_receiver = OutcomeReceiver(
+            self.storage,
+            self.metrics,
+            ingest_keys=settings["ingest.keys"],
+            max_body_bytes=min(OUTCOMES_MAX_BODY_BYTES, settings["ingest.max_body_bytes"]),
+            retry_after_s=settings["ingest.retry_after_s"],
+        )
         # Scrape jobs run on their own pool, one worker per target, so a slow or dead target
         # never delays another (ingest/scraper.py); other jobs use the default pool.
         self.scheduler = BackgroundScheduler(
@@ -73,6 +96,9 @@ class Service:
             timezone="UTC",
         )
         self.scraper = Scraper(self.storage, self.metrics, settings["scrape.max_bytes"])
+        self.refresher = Refresher(
+            self.storage, max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000
+        )
         self.ready = threading.Event()
         self._inflight = 0
         self._inflight_lock = threading.Lock()
@@ -84,6 +110,7 @@ class Service:
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> Service:
         self.storage.open()
+        prepare_reference_data(self.storage, self.settings)
         self.ingestor.start()
         self.metrics.bind_gauges(
             lambda: self.ingestor.pending_spans + self.storage.queue_depth, self.storage.size_bytes
@@ -103,6 +130,23 @@ class Service:
         if targets:
             self.scraper = Scraper(self.storage, self.metrics, self.settings["scrape.max_bytes"])
             self.scraper.schedule(self.scheduler, targets)
+        interval = self.settings["ledger.refresh_interval_s"]
+        if interval:
+            # The first refresh runs at once, so a restarted server's marts catch up.
+            self.scheduler.add_job(
+                self.refresh_ledger,
+                "interval",
+                seconds=interval,
+                id="ledger-refresh",
+                next_run_time=datetime.now(UTC),
+            )
+
+    def refresh_ledger(self) -> None:
+        """The scheduled refresh of the cost marts; a failure is logged and retried next run."""
+        try:
+            self.refresher.refresh()
+        except Exception:
+            log.exception("ledger refresh failed; the next run retries the same hours")
 
     def stop(self) -> None:
         """Stop the scheduler, finish queued writes, checkpoint, close. Idempotent."""
@@ -144,6 +188,16 @@ class Service:
                 headers=dict(resp.headers),
             )
 
+        def outcomes() -> flask.Response:
+            req = flask.request
+            resp = self.outcome_receiver.handle(req.method, req.headers, req.stream)
+            return flask.Response(
+                resp.body,
+                status=resp.status,
+                content_type=resp.content_type,
+                headers=dict(resp.headers),
+            )
+
         def healthz() -> flask.Response:
             return self._plain("/healthz", 200, "ok\n")
 
@@ -163,6 +217,12 @@ class Service:
             "/v1/traces",
             "otlp_traces",
             traces,
+            methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+        )
+        server.add_url_rule(
+            "/v1/outcomes",
+            "outcomes",
+            outcomes,
             methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
         )
         server.add_url_rule("/healthz", "healthz", healthz)

@@ -18,6 +18,7 @@ from typing import Any
 
 from inferledger.errors import SettingsError
 from inferledger.yaml_files import read_yaml_file
+from models.deployments import parse_deployments
 
 ENV_PREFIX = "INFERLEDGER_"
 
@@ -220,8 +221,8 @@ SETTINGS: tuple[Setting, ...] = (
     Setting(
         "ingest.keys",
         (),
-        "Ingest keys accepted by /v1/traces (Authorization: Bearer KEY or X-InferLedger-Key). "
-        "Empty: no key is required. A list in YAML, comma-separated in env.",
+        "Ingest keys accepted by /v1/traces and /v1/outcomes (Authorization: Bearer KEY or "
+        "X-InferLedger-Key). Empty: no key is required. A list in YAML, comma-separated in env.",
         _key_list,
     ),
     Setting(
@@ -234,7 +235,7 @@ SETTINGS: tuple[Setting, ...] = (
         "ingest.queue_max_spans",
         500_000,
         "Spans accepted but not yet written at most; beyond that /v1/traces answers 503 + "
-        "Retry-After.",
+        "Retry-After (and so does /v1/outcomes while the writer is that far behind).",
         _int_range(1000, 100_000_000),
     ),
     Setting(
@@ -266,6 +267,14 @@ SETTINGS: tuple[Setting, ...] = (
         _text,
     ),
     Setting(
+        "deployments",
+        (),
+        "Deployments: a YAML list of {name, model, gpu_type, gpus_per_replica, tensor_parallel, "
+        "idle_policy, environment}; scrape targets name their deployment "
+        "(scrape.targets[].deployment). In env, a JSON list. See docs/deployments.md.",
+        parse_deployments,
+    ),
+    Setting(
         "scrape.targets",
         (),
         "Prometheus-text endpoints to scrape: a YAML list of {name, url, interval_s, timeout_s, "
@@ -278,6 +287,27 @@ SETTINGS: tuple[Setting, ...] = (
         16 * 1024 * 1024,
         "Largest scrape response accepted; a bigger one is recorded as a failed scrape.",
         _int_range(1024, 2**31),
+    ),
+    Setting(
+        "prices.file",
+        "",
+        "Price seed file (YAML or CSV) loaded into an empty price book at start; empty: the "
+        "bundled models/data/prices.yaml.",
+        _text,
+    ),
+    Setting(
+        "ledger.refresh_interval_s",
+        60,
+        "Seconds between refreshes of the cost marts (only hours whose inputs changed are "
+        "recomputed); 0 disables the scheduled refresh (`inferledger refresh` still works).",
+        _int_range(0, 86400),
+    ),
+    Setting(
+        "ledger.max_scrape_gap_s",
+        300,
+        "A successful scrape of a replica counts as up time until the next scrape, at most "
+        "this many seconds after it (Prometheus's staleness period).",
+        _int_range(1, 86400),
     ),
     Setting(
         "log_level",

@@ -18,6 +18,9 @@ def parse_yaml(text: str, where: str, error: type[InferLedgerError]) -> Any:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark is not None else ""
         raise error(f"{where} is not valid YAML{at}") from None
+    except ValueError as exc:
+        # PyYAML builds dates while parsing: `2026-13-01` fails with a bare ValueError.
+        raise error(f"{where} is not valid YAML: {exc}") from None
 
 
 def read_yaml_file(path: str | Path, where: str, error: type[InferLedgerError]) -> Any:

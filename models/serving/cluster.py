@@ -19,7 +19,7 @@ from heapq import heappop, heappush, heapreplace
 from models.execution_time import ExecutionTimePredictor
 from models.serving.config import ClusterConfig, SimulationOptions
 from models.serving.records import ReplicaRecord, RequestRecord, SimulationResult
-from models.serving.replica import Replica
+from models.serving.replica import Replica, StepObserver
 from models.serving.request import Request, RequestSpec
 from models.serving.router import make_router
 
@@ -34,10 +34,11 @@ class ClusterState:
         config: ClusterConfig,
         predictor: ExecutionTimePredictor,
         options: SimulationOptions,
+        step_observer: StepObserver | None = None,
     ) -> None:
         self.sink: list[RequestRecord] = []
         self.replicas = [
-            Replica(i, config.replica, predictor, options, self.sink)
+            Replica(i, config.replica, predictor, options, self.sink, step_observer)
             for i in range(config.num_replicas)
         ]
         self.router = make_router(config.router, self.replicas)
@@ -136,15 +137,20 @@ class Cluster:
         self.options = options if options is not None else SimulationOptions()
 
     def run(
-        self, specs: Iterable[RequestSpec], *, max_concurrency: int | None = None
+        self,
+        specs: Iterable[RequestSpec],
+        *,
+        max_concurrency: int | None = None,
+        step_observer: StepObserver | None = None,
     ) -> SimulationResult:
         """Serve `specs` (sorted by arrival_s). max_concurrency: like `vllm bench serve
         --max-concurrency`, the client holds a request back until fewer than this many are in
-        flight; its arrival is then the time it is actually sent."""
+        flight; its arrival is then the time it is actually sent. step_observer: called for
+        every engine step (see models/serving/replica.py; models/serving/step_shares.py)."""
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         options = self.options
-        state = ClusterState(self.config, self.predictor, options)
+        state = ClusterState(self.config, self.predictor, options, step_observer)
         sink = state.sink
         heap = state.heap
         horizon = options.horizon_s if options.horizon_s is not None else math.inf

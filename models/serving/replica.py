@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 
@@ -30,6 +31,12 @@ _WAKE = 1  # woken by an arrival; schedules once every arrival at that instant i
 _SINGLE = 2
 _STRETCH = 3
 
+# An optional per-step observer (models/serving/step_shares.py): called with (replica index,
+# start_s, end_s, steps, work) for each step or stretch of `steps` identical pure-decode steps,
+# just before it is applied; work lists (request id, tokens processed, "prefill" | "decode"), a
+# decoder's tokens being `steps`. Only the attribute test runs when none is attached.
+StepObserver = Callable[[int, float, float, int, list[tuple[str, int, str]]], None]
+
 
 class Replica:
     """A vLLM engine: scheduler + execution-time predictor + step log + sampled metrics."""
@@ -41,8 +48,10 @@ class Replica:
         predictor: ExecutionTimePredictor,
         options: SimulationOptions,
         sink: list[RequestRecord],
+        step_observer: StepObserver | None = None,
     ) -> None:
         self.index = index
+        self.step_observer = step_observer
         self.config = config
         self.scheduler = ReplicaScheduler(index, config, sink)
         self.predictor = predictor
@@ -105,10 +114,14 @@ class Replica:
         duration = self.duration
         if state == _STRETCH:
             k = self.k
+            if self.step_observer is not None:
+                self._observe(k, duration)
             s.complete_stretch(now, k, duration)
             self._log_times.extend((self.t0, duration))
             self._log_counts.extend((k, s.step_n, 0, 0))
         elif state == _SINGLE:
+            if self.step_observer is not None:
+                self._observe(1, duration)
             s.complete_step(now, duration)
             self._log_times.extend((self.t0, duration))
             self._log_counts.extend((1, s.step_n, s.step_prefill_tokens, len(s.step_chunks)))
@@ -145,6 +158,17 @@ class Replica:
         self.duration = duration
         t_end = self.t_end = now + duration
         return t_end
+
+    def _observe(self, steps: int, duration: float) -> None:
+        """Tell the step observer what the step (or stretch) about to be applied computed."""
+        s = self.scheduler
+        work = [(r.spec.request_id, steps, "decode") for r in s.running if r.decoding]
+        if len(work) != s.step_n:
+            raise RuntimeError(f"replica {self.index}: {len(work)} decoders, step has {s.step_n}")
+        work.extend((r.spec.request_id, t, "prefill") for r, t, _ in s.step_chunks)
+        observer = self.step_observer
+        if observer is not None:
+            observer(self.index, self.t0, self.t0 + duration, steps, work)
 
     def _first_boundary(self, elapsed: float) -> tuple[int, float]:
         """Smallest j in [1, k] whose first j steps of the stretch last >= elapsed, and their
@@ -183,6 +207,8 @@ class Replica:
             if j > 0:
                 self.k = j
                 self.duration = t_j
+                if self.step_observer is not None:
+                    self._observe(j, t_j)
                 s.complete_stretch(self.t0 + t_j, j, t_j)
                 self._log_times.extend((self.t0, t_j))
                 self._log_counts.extend((j, s.step_n, 0, 0))

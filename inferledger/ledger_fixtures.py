@@ -1,0 +1,279 @@
+"""Small, exact ledger scenarios for tests and docs: an app's spans, vLLM's engine spans and a
+replica's scrapes, built with the real OTLP classes and stored through the real ingest path
+(the decoder and the INSERT the receiver uses; the scraper's parser and writes).
+
+Times are integer nanoseconds; helpers take seconds relative to a base for readability.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
+
+from inferledger.service_metrics import ServiceMetrics
+from inferledger.settings import ScrapeTarget
+from inferledger.storage import Storage
+from ingest.scraper import Scraper
+from ingest.span_writer import decode_for_storage, insert_spans
+from models.otlp import add_attribute
+
+S = 1_000_000_000  # ns per second
+
+
+@dataclass
+class SpanSet:
+    """Spans grouped by service (one OTLP resource per service), in one export request."""
+
+    base_ns: int
+    _scopes: dict[tuple[str, str | None], ScopeSpans] = field(default_factory=dict)
+    _req: ExportTraceServiceRequest = field(default_factory=ExportTraceServiceRequest)
+    _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def ns(self, seconds: float) -> int:
+        return self.base_ns + round(seconds * S)
+
+    def new_trace(self) -> bytes:
+        return next(self._ids).to_bytes(16, "big")
+
+    def _scope(self, service: str, instance: str | None, environment: str) -> ScopeSpans:
+        key = (service, instance)
+        if key not in self._scopes:
+            rs = self._req.resource_spans.add()
+            add_attribute(rs.resource.attributes, "service.name", service)
+            add_attribute(rs.resource.attributes, "deployment.environment.name", environment)
+            if instance is not None:
+                add_attribute(rs.resource.attributes, "service.instance.id", instance)
+            ss = rs.scope_spans.add()
+            ss.scope.name = "vllm.llm_engine" if instance else "inferledger.test"
+            self._scopes[key] = ss
+        return self._scopes[key]
+
+    def span(
+        self,
+        trace: bytes,
+        name: str,
+        start_s: float,
+        end_s: float,
+        *,
+        parent: bytes | None = None,
+        kind: int = Span.SPAN_KIND_INTERNAL,
+        service: str = "app",
+        instance: str | None = None,
+        environment: str = "prod",
+        error: bool = False,
+        attributes: Sequence[tuple[str, object]] = (),
+    ) -> bytes:
+        """Add one span; returns its span id."""
+        span = self._scope(service, instance, environment).spans.add()
+        span_id = next(self._ids).to_bytes(8, "big")
+        span.trace_id = trace
+        span.span_id = span_id
+        if parent is not None:
+            span.parent_span_id = parent
+        span.name = name
+        span.kind = kind
+        span.start_time_unix_nano = self.ns(start_s)
+        span.end_time_unix_nano = self.ns(end_s)
+        if error:
+            span.status.code = Status.STATUS_CODE_ERROR
+        for key, value in attributes:
+            if value is not None:
+                add_attribute(span.attributes, key, value)
+        return span_id
+
+    def root(
+        self,
+        trace: bytes,
+        start_s: float,
+        end_s: float,
+        *,
+        app: str,
+        route: str,
+        team: str | None = None,
+        workflow: str | None = None,
+        task_id: str | None = None,
+        attempt: int | None = None,
+        outcome: str | None = None,
+        review_s: float | None = None,
+        service: str | None = None,
+        error: bool = False,
+    ) -> bytes:
+        """An app's SERVER span carrying InferLedger's task attributes."""
+        return self.span(
+            trace,
+            f"POST {route}",
+            start_s,
+            end_s,
+            kind=Span.SPAN_KIND_SERVER,
+            service=service or app,
+            error=error,
+            attributes=[
+                ("inferledger.app", app),
+                ("inferledger.team", team),
+                ("inferledger.route", route),
+                ("inferledger.workflow", workflow),
+                ("inferledger.task.id", task_id),
+                ("inferledger.attempt", attempt),
+                ("inferledger.outcome", outcome),
+                ("inferledger.review.seconds", review_s),
+            ],
+        )
+
+    def llm_call(
+        self,
+        trace: bytes,
+        parent: bytes,
+        start_s: float,
+        end_s: float,
+        *,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cached_tokens: int | None = None,
+        provider: str = "vllm",
+        service: str = "app",
+        task_id: str | None = None,
+        attempt: int | None = None,
+        fallback: bool | None = None,
+        error: bool = False,
+    ) -> bytes:
+        """An app's GenAI CLIENT span (`chat <model>`)."""
+        return self.span(
+            trace,
+            f"chat {model}",
+            start_s,
+            end_s,
+            parent=parent,
+            kind=Span.SPAN_KIND_CLIENT,
+            service=service,
+            error=error,
+            attributes=[
+                ("gen_ai.operation.name", "chat"),
+                ("gen_ai.provider.name", provider),
+                ("gen_ai.request.model", model),
+                ("gen_ai.usage.input_tokens", input_tokens),
+                ("gen_ai.usage.output_tokens", output_tokens),
+                ("gen_ai.usage.cache_read.input_tokens", cached_tokens),
+                ("inferledger.task.id", task_id),
+                ("inferledger.attempt", attempt),
+                ("inferledger.fallback", fallback),
+            ],
+        )
+
+    def engine(
+        self,
+        trace: bytes,
+        parent: bytes | None,
+        arrival_s: float,
+        end_s: float,
+        *,
+        replica: str,
+        queue_s: float,
+        ttft_s: float,
+        prompt_tokens: int,
+        completion_tokens: int,
+        service: str = "vllm",
+        error: bool = False,
+    ) -> bytes:
+        """vLLM's `llm_request` SERVER span on one replica, with its latency set."""
+        e2e = end_s - arrival_s
+        return self.span(
+            trace,
+            "llm_request",
+            arrival_s,
+            end_s,
+            parent=parent,
+            kind=Span.SPAN_KIND_SERVER,
+            service=service,
+            instance=replica,
+            error=error,
+            attributes=[
+                ("gen_ai.usage.prompt_tokens", prompt_tokens),
+                ("gen_ai.usage.completion_tokens", completion_tokens),
+                ("gen_ai.latency.time_in_queue", queue_s),
+                ("gen_ai.latency.time_to_first_token", ttft_s),
+                ("gen_ai.latency.time_in_model_prefill", ttft_s - queue_s),
+                ("gen_ai.latency.time_in_model_decode", e2e - ttft_s),
+                ("gen_ai.latency.e2e", e2e),
+            ],
+        )
+
+    def service_call(
+        self,
+        trace: bytes,
+        parent: bytes,
+        start_s: float,
+        end_s: float,
+        *,
+        stage: str,
+        key: str,
+        service: str = "app",
+        error: bool = False,
+    ) -> bytes:
+        """A retrieval (`gen_ai.data_source.id`) or tool (`gen_ai.tool.name`) span."""
+        if stage == "retrieval":
+            name, attrs = (
+                f"retrieval {key}",
+                [
+                    ("gen_ai.operation.name", "retrieval"),
+                    ("gen_ai.data_source.id", key),
+                ],
+            )
+        else:
+            name, attrs = (
+                f"execute_tool {key}",
+                [
+                    ("gen_ai.operation.name", "execute_tool"),
+                    ("gen_ai.tool.name", key),
+                ],
+            )
+        return self.span(
+            trace, name, start_s, end_s, parent=parent, service=service, error=error,
+            attributes=attrs,
+        )  # fmt: skip
+
+    def payload(self) -> bytes:
+        return self._req.SerializeToString()
+
+    def store(self, storage: Storage) -> int:
+        """Store the spans through the receiver's decode and INSERT; returns rows written."""
+        decoded = decode_for_storage(self.payload())
+        if decoded.errors:
+            raise ValueError(f"fixture spans rejected: {decoded.errors}")
+        return storage.write(lambda cur: insert_spans(cur, decoded))
+
+
+def vllm_page(model: str = "test-model", running: int = 0) -> str:
+    """A minimal vLLM /metrics page."""
+    return (
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0",model_name="{model}"}} {running}\n'
+    )
+
+
+def store_scrapes(
+    storage: Storage,
+    replica: str,
+    deployment: str,
+    base_ns: int,
+    times_s: Sequence[float],
+    *,
+    down_at_s: Sequence[float] = (),
+    model: str = "test-model",
+) -> None:
+    """Record scrapes of a replica's vLLM target at the given times (seconds from base_ns):
+    successful ones, and failed ones (a page that does not parse) at ``down_at_s``."""
+    scraper = Scraper(storage, ServiceMetrics(), 1 << 20)
+    target = ScrapeTarget(replica, f"http://{replica}:8000/metrics", 15, 10, "vllm", deployment)
+    down = set(down_at_s)
+    for t in sorted({*times_s, *down}):
+        ts = datetime.fromtimestamp((base_ns + round(t * S)) / S, UTC)
+        text = "this is not exposition text {\n" if t in down else vllm_page(model)
+        scraper.ingest_text(target, text, "text/plain; version=0.0.4", ts)
+    scraper.close()

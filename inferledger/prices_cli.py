@@ -1,0 +1,298 @@
+"""`inferledger prices`: list, load, set and delete price versions, and show the audit trail.
+
+DuckDB lets one process open a database file, so these commands open the database themselves
+(--db, else the `db` setting) and need `inferledger serve` stopped; a locked file is one line.
+A database that has never held a price is seeded first (from the `prices.file` setting), just as
+`inferledger serve` does at start, so the book looks the same whoever opens it first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import os
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from inferledger.errors import InferLedgerError, StorageError
+from inferledger.settings import Settings, load_settings
+from inferledger.storage import Storage
+from models.price_book import (
+    ALLOWED_UNITS,
+    Price,
+    PriceSource,
+    PriceVersion,
+    delete_price,
+    format_price,
+    format_time,
+    get_price,
+    history,
+    list_prices,
+    load_price_file,
+    load_prices,
+    parse_time,
+    seed_if_empty,
+    set_price,
+)
+
+
+class PricesCommandError(InferLedgerError):
+    """A `prices` command cannot run as asked (no database, database in use)."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add `prices` and its subcommands to the CLI's subparsers."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--db", metavar="PATH", help="DuckDB database file [default: the db setting]"
+    )
+    common.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML config file (default: $INFERLEDGER_CONFIG when set)",
+    )
+    parser = subparsers.add_parser(
+        "prices",
+        help="list, load and change the price book",
+        description="The price book: effective-dated prices with an audit trail "
+        "(docs/price-book.md). Stop `inferledger serve` first: DuckDB lets one process open "
+        "the database.",
+    )
+    sub = parser.add_subparsers(dest="prices_command", required=True, metavar="ACTION")
+
+    show = sub.add_parser("list", parents=[common], help="the prices in effect (a table)")
+    show.add_argument("--at", metavar="ISO", help="in effect at this date/time [default: now]")
+    show.add_argument("--all", action="store_true", help="every version, with its effective_to")
+
+    load = sub.add_parser("load", parents=[common], help="add the prices of a YAML or CSV file")
+    load.add_argument("file", metavar="FILE", help="price file (.yaml, .yml or .csv)")
+    load.add_argument(
+        "--replace",
+        action="store_true",
+        help="change versions already stored at another price (default: refuse)",
+    )
+    load.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
+
+    kinds = ", ".join(
+        f"{k.value} ({'/'.join(u.value for u in units)})" for k, units in ALLOWED_UNITS.items()
+    )
+    put = sub.add_parser(
+        "set",
+        parents=[common],
+        help="add a price version (or change the one with the same --from)",
+        description=f"Kinds and their units: {kinds}.",
+    )
+    put.add_argument("kind", metavar="KIND", help="gpu, model, service or reviewer")
+    put.add_argument("subject", metavar="SUBJECT", help="GPU type, model, service key or reviewer")
+    put.add_argument("unit", metavar="UNIT", help="gpu_hour, input_mtok, ..., hour or call")
+    put.add_argument("price", metavar="PRICE", help="amount in the book's currency")
+    put.add_argument(
+        "--from",
+        dest="effective_from",
+        metavar="DATE",
+        required=True,
+        help="effective from (a date means 00:00 UTC, or an ISO datetime)",
+    )
+    put.add_argument("--deployment", default="", metavar="D", help="GPU override for deployment D")
+    put.add_argument("--stage", metavar="S", help="services: retrieval or tools")
+    put.add_argument("--currency", default="USD", metavar="C", help="[USD]")
+    put.add_argument("--note", metavar="N", help="why (kept with the price and in the history)")
+    put.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
+
+    delete = sub.add_parser("delete", parents=[common], help="delete one price version by id")
+    delete.add_argument("price_id", metavar="PRICE_ID", type=int)
+    delete.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
+
+    hist = sub.add_parser("history", parents=[common], help="the audit trail, newest first")
+    hist.add_argument("--limit", type=int, default=50, metavar="N", help="rows [50]")
+    return parser
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    action = args.prices_command
+    must_exist = action in ("list", "history")
+    handlers: dict[str, Callable[[Storage, argparse.Namespace], None]] = {
+        "list": _list,
+        "set": _set,
+        "delete": _delete,
+        "history": _history,
+    }
+    if action == "load":
+        # A bad file is refused before the database is opened (or created).
+        prices = load_price_file(args.file)
+        handlers["load"] = lambda storage, args: _load(storage, args, prices)
+    storage = _open(settings, must_exist)
+    try:
+        seed_if_empty(storage, settings["prices.file"] or None)
+        handlers[action](storage, args)
+    finally:
+        storage.close()
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
+    return load_settings(config, {"db": args.db})
+
+
+def _open(settings: Settings, must_exist: bool) -> Storage:
+    path = settings["db"]
+    if must_exist and not Path(path).exists():
+        raise PricesCommandError(f"no database at {path!r} (give --db PATH)")
+    storage = Storage(
+        path,
+        read_timeout_s=settings["storage.read_timeout_s"],
+        memory_limit=settings["storage.memory_limit"],
+        threads=settings["storage.threads"],
+    )
+    try:
+        return storage.open()
+    except StorageError as exc:
+        if "lock" in str(exc).lower():
+            raise PricesCommandError(
+                f"database {path!r} is in use by another process (a running `inferledger "
+                "serve`?); stop it first: DuckDB lets one process open the file"
+            ) from None
+        raise
+
+
+def _who(args: argparse.Namespace) -> str:
+    if args.by:
+        return str(args.by)
+    try:
+        return getpass.getuser()
+    except (OSError, KeyError):  # no login name in some containers
+        return "cli"
+
+
+def _list(storage: Storage, args: argparse.Namespace) -> None:
+    if args.all and args.at:
+        raise PricesCommandError("give --at or --all, not both")
+    if args.all:
+        versions = list_prices(storage)
+    else:
+        try:
+            at = parse_time(args.at, "--at") if args.at else datetime.now(UTC)
+        except ValueError as exc:
+            raise PricesCommandError(str(exc)) from None
+        versions = list_prices(storage, at)
+        print(f"prices in effect at {format_time(at)}")
+    print(_table(versions, with_to=args.all))
+
+
+def _table(versions: Sequence[PriceVersion], with_to: bool) -> str:
+    head = ["id", "kind", "subject", "deployment", "unit", "price", "currency", "stage", "from"]
+    if with_to:
+        head.append("to")
+    head.append("note")
+    rows = []
+    for v in versions:
+        row = [
+            str(v.price_id),
+            v.kind.value,
+            v.subject,
+            v.deployment,
+            v.unit.value,
+            format_price(v.price),
+            v.currency,
+            v.stage.value if v.stage else "",
+            format_time(v.effective_from),
+        ]
+        if with_to:
+            row.append(format_time(v.effective_to) if v.effective_to else "")
+        row.append(v.note or "")
+        rows.append(row)
+    if not rows:
+        return "(no prices)"
+    return _format_rows(head, rows, right={"id", "price"})
+
+
+def _format_rows(head: list[str], rows: list[list[str]], right: set[str]) -> str:
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+
+    def line(cells: list[str]) -> str:
+        parts = [
+            c.rjust(w) if h in right else c.ljust(w)
+            for c, w, h in zip(cells, widths, head, strict=True)
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def _load(storage: Storage, args: argparse.Namespace, prices: list[Price]) -> None:
+    summary = load_prices(
+        storage, prices, changed_by=_who(args), source=PriceSource.CLI, replace=args.replace
+    )
+    print(
+        f"loaded {args.file}: {summary.inserted} inserted, {summary.updated} updated, "
+        f"{summary.unchanged} unchanged"
+    )
+
+
+def _set(storage: Storage, args: argparse.Namespace) -> None:
+    price_id = set_price(
+        storage,
+        args.kind,
+        args.subject,
+        args.unit,
+        args.price,
+        args.effective_from,
+        deployment=args.deployment,
+        note=args.note,
+        changed_by=_who(args),
+        source=PriceSource.CLI,
+        stage=args.stage,
+        currency=args.currency,
+    )
+    v = get_price(storage, price_id)
+    print(f"price_id {price_id}: {v.describe()} = {format_price(v.price)} {v.currency}")
+
+
+def _delete(storage: Storage, args: argparse.Namespace) -> None:
+    v = delete_price(storage, args.price_id, changed_by=_who(args))
+    print(f"deleted price_id {v.price_id}: {v.describe()} = {format_price(v.price)} {v.currency}")
+
+
+def _history(storage: Storage, args: argparse.Namespace) -> None:
+    changes = history(storage, args.limit)
+    if not changes:
+        print("(no changes)")
+        return
+    head = [
+        "change",
+        "at",
+        "by",
+        "action",
+        "id",
+        "kind",
+        "subject",
+        "deployment",
+        "unit",
+        "old",
+        "new",
+        "effective_from",
+        "note",
+    ]
+    rows = [
+        [
+            str(c.change_id),
+            format_time(c.changed_at),
+            c.changed_by,
+            c.action.value,
+            str(c.price_id),
+            c.kind.value,
+            c.subject,
+            c.deployment,
+            c.unit.value,
+            "" if c.old_price is None else format_price(c.old_price),
+            "" if c.new_price is None else format_price(c.new_price),
+            format_time(c.effective_from),
+            c.note or "",
+        ]
+        for c in changes
+    ]
+    print(_format_rows(head, rows, right={"change", "id", "old", "new"}))

@@ -1,0 +1,711 @@
+"""Late outcomes: POST /v1/outcomes (JSON) and CSV files, validated and stored idempotently.
+
+An outcome is a reviewer's or a downstream system's decision about a task — accepted,
+rejected or corrected — made after the task's spans were sent (docs/cost-model.md, "Tasks and
+outcomes"; docs/api.md, "Outcomes"). It names its task by task id or trace id; one for a task
+whose spans have not arrived is kept, and the task_outcome_decisions view joins it when they do.
+
+Rules, the same for JSON and CSV:
+- every problem is reported, each with its place (``outcomes[3].outcome: ...`` or
+  ``file.csv line 5: outcome: ...``), and any problem means nothing is stored;
+- unknown fields are errors, so a misspelt ``reviewr`` is caught rather than dropped;
+- an outcome's id is the client's ``id``, else a hash of its content; posting the same id with
+  the same content again is a duplicate (counted, not an error), with other content a conflict
+  (HTTP 409, nothing stored). A decision without ``decided_at`` is dated when it is received.
+This module knows nothing of Flask; inferledger/server.py adapts OutcomeReceiver.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import hmac
+import json
+import logging
+import math
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import duckdb
+import pyarrow as pa
+
+from inferledger.errors import (
+    BadInputError,
+    InferLedgerError,
+    QueueFullError,
+    StorageError,
+    UnauthorizedError,
+    UnsupportedMediaTypeError,
+)
+from inferledger.service_metrics import ServiceMetrics
+from inferledger.storage import Storage
+from ingest.otlp_receiver import (
+    MethodNotAllowedError,
+    Response,
+    ServiceUnavailableError,
+    read_body,
+)
+
+log = logging.getLogger(__name__)
+
+ENDPOINT = "/v1/outcomes"
+JSON = "application/json"
+OUTCOME_VALUES = ("accepted", "rejected", "corrected")
+SOURCES = ("api", "csv")
+FIELDS = (
+    "id",
+    "task_id",
+    "trace_id",
+    "outcome",
+    "review_seconds",
+    "reviewer",
+    "score",
+    "decided_at",
+)
+MAX_OUTCOMES_PER_REQUEST = 10_000
+# 10,000 outcomes with long ids and names take about 3 MiB of JSON.
+MAX_BODY_BYTES = 8 * 1024 * 1024
+MAX_TEXT_CHARS = 1024
+ERRORS_SHOWN = 100  # problems listed in one 400 answer; the count says how many there were
+
+_TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
+# RFC 3339 date-time (section 5.6), with a space allowed for "T" as the RFC notes.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d+)?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+# ---------------------------------------------------------------------------- errors
+class OutcomeValidationError(BadInputError):
+    """One or more outcomes are invalid; ``errors`` lists every problem, nothing was stored."""
+
+    def __init__(self, errors: Sequence[str]) -> None:
+        self.errors = tuple(errors)
+        first = self.errors[0]
+        more = len(self.errors) - 1
+        suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else ""
+        super().__init__(f"{first}{suffix}; nothing was stored")
+
+
+class OutcomeConflictError(BadInputError):
+    """An outcome id is already stored (or repeated in the input) with other content."""
+
+    http_status = 409
+
+
+# ---------------------------------------------------------------------------- values
+@dataclass(frozen=True)
+class Outcome:
+    """One decision about one task, validated."""
+
+    outcome_id: str
+    outcome: str
+    task_id: str | None = None
+    trace_id: str | None = None
+    review_s: float | None = None
+    reviewer: str | None = None
+    score: float | None = None
+    decided_at: datetime | None = None  # None: dated when stored
+    source: str = "api"
+    id_given: bool = field(default=False, compare=False)
+    origin: str = field(default="", compare=False)  # where it came from, for messages
+
+    def content(self) -> tuple[object, ...]:
+        """What a repeated id must match to be a duplicate rather than a conflict."""
+        return (
+            self.task_id,
+            self.trace_id,
+            self.outcome,
+            self.review_s,
+            self.reviewer,
+            self.score,
+            self.decided_at,
+        )
+
+    def to_json(self) -> dict[str, object]:
+        """The API's JSON form, with only the fields that were given."""
+        doc: dict[str, object] = {}
+        if self.id_given:
+            doc["id"] = self.outcome_id
+        for key, value in (
+            ("task_id", self.task_id),
+            ("trace_id", self.trace_id),
+            ("outcome", self.outcome),
+            ("review_seconds", self.review_s),
+            ("reviewer", self.reviewer),
+            ("score", self.score),
+        ):
+            if value is not None:
+                doc[key] = value
+        if self.decided_at is not None:
+            doc["decided_at"] = self.decided_at.isoformat()
+        return doc
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    inserted: int
+    duplicates: int
+
+
+def content_id(
+    task_id: str | None,
+    trace_id: str | None,
+    outcome: str,
+    decided_at: datetime | None,
+    reviewer: str | None,
+    review_s: float | None,
+    score: float | None,
+) -> str:
+    """The id of an outcome posted without one: the same content always gets the same id, so
+    a retried post or a re-imported file is stored once."""
+    canonical = json.dumps(
+        [
+            task_id,
+            trace_id,
+            outcome,
+            decided_at.astimezone(UTC).isoformat(timespec="microseconds") if decided_at else None,
+            reviewer,
+            review_s,
+            score,
+        ],
+        separators=(",", ":"),
+    )
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+# ---------------------------------------------------------------------------- validation
+def _parse_time(text: str) -> datetime:
+    m = _RFC3339.fullmatch(text)
+    if not m:
+        raise ValueError("must be an RFC 3339 time with a UTC offset, e.g. 2026-05-28T14:03:00Z")
+    year, month, day, hour, minute, second = (int(m.group(i)) for i in range(1, 7))
+    fraction = (m.group(7) or ".")[1:]
+    micros = int((fraction + "000000")[:6])  # DuckDB keeps microseconds; finer is truncated
+    zone = m.group(8)
+    if zone in ("Z", "z"):
+        tz = UTC
+    else:
+        sign = 1 if zone[0] == "+" else -1
+        hours, minutes = int(zone[1:3]), int(zone[4:6])
+        if hours > 23 or minutes > 59:
+            raise ValueError(f"has an invalid UTC offset {zone!r}")
+        tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
+    try:
+        return datetime(year, month, day, hour, minute, second, micros, tzinfo=tz)
+    except ValueError as exc:
+        raise ValueError(f"is not a valid time: {exc}") from None
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {_json_type(value)}")
+    if not value:
+        raise ValueError("must not be empty (leave it out instead)")
+    if len(value) > MAX_TEXT_CHARS:
+        raise ValueError(f"must be at most {MAX_TEXT_CHARS} characters, got {len(value)}")
+    return value
+
+
+def _number(value: object, from_text: bool) -> float:
+    if from_text and isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            raise ValueError(f"must be a number, got {value!r}") from None
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:
+            raise ValueError("must be a finite number") from None
+    else:
+        raise ValueError(f"must be a number, got {_json_type(value)}")
+    if not math.isfinite(number):
+        raise ValueError("must be a finite number")
+    return number
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    return "an object"
+
+
+def _validate(
+    values: Mapping[str, object],
+    where: str,
+    *,
+    from_text: bool,
+    source: str,
+    duplicated: Sequence[str] = (),
+) -> tuple[Outcome | None, list[str]]:
+    """One outcome from its fields (absent and None mean "not given"), or its problems.
+
+    ``where`` prefixes every message: ``outcomes[3].`` or ``file.csv line 5: ``.
+    """
+    errors = [f"{where}{key}: given twice" for key in duplicated]
+    for key in values:
+        if key not in FIELDS:
+            errors.append(f"{where}{key}: unknown field (fields: {', '.join(FIELDS)})")
+    parsed: dict[str, Any] = {}
+
+    def take(key: str, parse: Any) -> None:
+        raw = values.get(key)
+        if raw is None:
+            return
+        try:
+            parsed[key] = parse(raw)
+        except ValueError as exc:
+            errors.append(f"{where}{key}: {exc}")
+
+    def outcome_value(raw: object) -> str:
+        text = _text(raw).lower()
+        if text not in OUTCOME_VALUES:
+            raise ValueError(f"must be one of {', '.join(OUTCOME_VALUES)}, got {raw!r}")
+        return text
+
+    def trace_value(raw: object) -> str:
+        text = _text(raw)
+        if not _TRACE_ID.fullmatch(text):
+            raise ValueError(f"must be 32 hexadecimal characters, got {text!r}")
+        if text.strip("0") == "":
+            raise ValueError("must not be all zeros")
+        return text.lower()
+
+    def review_value(raw: object) -> float:
+        number = _number(raw, from_text)
+        if number < 0:
+            raise ValueError(f"must be 0 or more, got {raw!r}")
+        return number
+
+    take("id", _text)
+    take("task_id", _text)
+    take("trace_id", trace_value)
+    take("outcome", outcome_value)
+    take("review_seconds", review_value)
+    take("reviewer", _text)
+    take("score", lambda raw: _number(raw, from_text))
+    take("decided_at", lambda raw: _parse_time(_text(raw)))
+
+    if values.get("outcome") is None:
+        errors.append(f"{where}outcome: required (one of {', '.join(OUTCOME_VALUES)})")
+    if values.get("task_id") is None and values.get("trace_id") is None:
+        errors.append(f"{where}task_id: required unless trace_id is given")
+    if errors:
+        return None, errors
+    id_given = "id" in parsed
+    outcome_id = parsed.get("id") or content_id(
+        parsed.get("task_id"),
+        parsed.get("trace_id"),
+        parsed["outcome"],
+        parsed.get("decided_at"),
+        parsed.get("reviewer"),
+        parsed.get("review_seconds"),
+        parsed.get("score"),
+    )
+    return (
+        Outcome(
+            outcome_id=outcome_id,
+            outcome=parsed["outcome"],
+            task_id=parsed.get("task_id"),
+            trace_id=parsed.get("trace_id"),
+            review_s=parsed.get("review_seconds"),
+            reviewer=parsed.get("reviewer"),
+            score=parsed.get("score"),
+            decided_at=parsed.get("decided_at"),
+            source=source,
+            id_given=id_given,
+            origin=where.rstrip(". :") or "the outcome",
+        ),
+        [],
+    )
+
+
+class _Object(dict[str, Any]):
+    """A JSON object that remembers the keys it was given more than once."""
+
+    duplicated: list[str]
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> _Object:
+    obj = _Object()
+    obj.duplicated = []
+    for key, value in pairs:
+        if key in obj and key not in obj.duplicated:
+            obj.duplicated.append(key)
+        obj[key] = value
+    return obj
+
+
+def parse_outcomes_json(body: bytes) -> list[Outcome]:
+    """Outcomes from a JSON body: one outcome object, or ``{"outcomes": [...]}`` (at most
+    10,000), optionally with ``"source": "csv"`` for a file's rows posted by the importer.
+    Raises OutcomeValidationError listing every problem."""
+    try:
+        doc = json.loads(body, object_pairs_hook=_object_pairs)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise OutcomeValidationError([f"body is not valid JSON: {exc}"]) from None
+    if not isinstance(doc, dict):
+        raise OutcomeValidationError(
+            ['body must be a JSON object: one outcome, or {"outcomes": [...]}']
+        )
+    if "outcomes" not in doc:
+        outcome, errors = _validate(
+            doc, "", from_text=False, source="api", duplicated=doc.duplicated
+        )
+        if errors:
+            raise OutcomeValidationError(errors)
+        assert outcome is not None
+        return [outcome]
+
+    errors = [f"{key}: given twice" for key in doc.duplicated]
+    errors += [
+        f"{key}: unknown field (a batch has 'outcomes' and optionally 'source')"
+        for key in doc
+        if key not in ("outcomes", "source")
+    ]
+    source = doc.get("source", "api")
+    if source not in SOURCES:
+        errors.append(f"source: must be one of {', '.join(SOURCES)}, got {source!r}")
+    items = doc["outcomes"]
+    if not isinstance(items, list):
+        raise OutcomeValidationError(
+            [*errors, f"outcomes: must be a list, got {_json_type(items)}"]
+        )
+    if len(items) > MAX_OUTCOMES_PER_REQUEST:
+        raise OutcomeValidationError(
+            [
+                f"outcomes: at most {MAX_OUTCOMES_PER_REQUEST} per request, got {len(items)}; "
+                "send them in several requests"
+            ]
+        )
+    out: list[Outcome] = []
+    for i, item in enumerate(items):
+        where = f"outcomes[{i}]."
+        if not isinstance(item, dict):
+            errors.append(f"outcomes[{i}]: must be an object, got {_json_type(item)}")
+            continue
+        outcome, problems = _validate(
+            item,
+            where,
+            from_text=False,
+            source=source if source in SOURCES else "api",
+            duplicated=item.duplicated,
+        )
+        errors += problems
+        if outcome is not None:
+            out.append(outcome)
+    if errors:
+        raise OutcomeValidationError(errors)
+    return out
+
+
+def parse_outcomes_csv(path: str | Path) -> list[Outcome]:
+    """Outcomes from a CSV file whose header names the API's fields (``task_id``, ``outcome``,
+    ...; see FIELDS). An empty cell is a field not given. Raises OutcomeValidationError naming
+    the file and line of every problem, BadInputError if the file cannot be read."""
+    path = Path(path)
+    name = path.name
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise BadInputError(f"{path}: no such file") from None
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read: {exc.strerror}") from None
+    reader = csv.reader(text.splitlines(keepends=True), strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise OutcomeValidationError([f"{name}: empty file; the first line must be a header"])
+        columns = [col.strip() for col in header]
+        errors = [
+            f"{name} line 1: unknown column {col!r} (columns: {', '.join(FIELDS)})"
+            for col in columns
+            if col not in FIELDS
+        ]
+        errors += [
+            f"{name} line 1: column {col!r} given twice"
+            for col in sorted({c for c in columns if columns.count(c) > 1})
+        ]
+        if "outcome" not in columns:
+            errors.append(f"{name} line 1: the header needs an 'outcome' column")
+        if "task_id" not in columns and "trace_id" not in columns:
+            errors.append(f"{name} line 1: the header needs a 'task_id' or 'trace_id' column")
+        if errors:
+            raise OutcomeValidationError(errors)
+        out: list[Outcome] = []
+        line = reader.line_num + 1
+        for row in reader:
+            where = f"{name} line {line}: "
+            line = reader.line_num + 1
+            if not any(cell.strip() for cell in row):
+                continue  # a blank line
+            if len(row) != len(columns):
+                errors.append(f"{where}{len(row)} cells, the header has {len(columns)}")
+                continue
+            values = {col: cell.strip() or None for col, cell in zip(columns, row, strict=True)}
+            outcome, problems = _validate(values, where, from_text=True, source="csv")
+            errors += problems
+            if outcome is not None:
+                out.append(outcome)
+    except csv.Error as exc:
+        raise OutcomeValidationError([f"{name} line {reader.line_num}: {exc}"]) from None
+    if errors:
+        raise OutcomeValidationError(errors)
+    return out
+
+
+# ---------------------------------------------------------------------------- storing
+_BATCH = "incoming_outcomes"
+_SCHEMA = pa.schema(
+    [
+        ("ord", pa.int64()),
+        ("outcome_id", pa.string()),
+        ("task_id", pa.string()),
+        ("trace_id", pa.string()),
+        ("outcome", pa.string()),
+        ("review_s", pa.float64()),
+        ("reviewer", pa.string()),
+        ("score", pa.float64()),
+        ("decided_at", pa.timestamp("us", tz="UTC")),
+        ("source", pa.string()),
+    ]
+)
+_COMPARED = ("task_id", "trace_id", "outcome", "review_s", "reviewer", "score", "decided_at")
+
+# Stored rows that an incoming id matches, side by side with what was posted (in _COMPARED's
+# order). A row posted without decided_at matches any stored time: it was dated when stored.
+_EXISTING_SQL = f"""
+select
+    i.ord,
+    i.outcome_id,
+    o.task_id, i.task_id,
+    o.trace_id, i.trace_id,
+    o.outcome, i.outcome,
+    o.review_s, i.review_s,
+    o.reviewer, i.reviewer,
+    o.score, i.score,
+    o.decided_at::varchar, i.decided_at::varchar,
+    i.task_id is not distinct from o.task_id
+    and i.trace_id is not distinct from o.trace_id
+    and i.outcome = o.outcome
+    and i.review_s is not distinct from o.review_s
+    and i.reviewer is not distinct from o.reviewer
+    and i.score is not distinct from o.score
+    and (i.decided_at is null or i.decided_at = o.decided_at) as same
+from {_BATCH} as i
+inner join outcomes as o on o.outcome_id = i.outcome_id
+order by i.ord
+"""
+
+_INSERT_SQL = f"""
+insert into outcomes (
+    outcome_id, task_id, trace_id, outcome, review_s, reviewer, score, decided_at, source
+)
+select
+    i.outcome_id, i.task_id, i.trace_id, i.outcome, i.review_s, i.reviewer, i.score,
+    coalesce(i.decided_at, current_timestamp), i.source
+from {_BATCH} as i
+where not exists (select 1 from outcomes as o where o.outcome_id = i.outcome_id)
+order by i.ord
+"""
+
+
+def unique_outcomes(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], int]:
+    """Drop repeats of an id within the input, and count them; a repeat with other content is
+    a conflict (OutcomeConflictError)."""
+    seen: dict[str, Outcome] = {}
+    for o in outcomes:
+        first = seen.get(o.outcome_id)
+        if first is None:
+            seen[o.outcome_id] = o
+        elif first.content() != o.content():
+            raise OutcomeConflictError(
+                f"{o.origin}: id {o.outcome_id!r} is also used by {first.origin} with other "
+                "content; one id names one decision, nothing was stored"
+            )
+    return list(seen.values()), len(outcomes) - len(seen)
+
+
+def _conflict_message(outcome: Outcome, row: tuple[Any, ...]) -> str:
+    diffs = []
+    for i, col in enumerate(_COMPARED):
+        stored, posted = row[2 + 2 * i], row[3 + 2 * i]
+        if col == "decided_at" and posted is None:
+            continue  # dated when first stored; any stored time matches
+        if stored != posted:
+            diffs.append(f"{col} stored {stored!r}, posted {posted!r}")
+    return (
+        f"{outcome.origin}: id {outcome.outcome_id!r} is already stored with other content "
+        f"({'; '.join(diffs)}); one id names one decision: post a new decision under a new id. "
+        "Nothing was stored"
+    )
+
+
+def store_outcomes(
+    storage: Storage, outcomes: Sequence[Outcome], *, timeout_s: float | None = 60.0
+) -> StoreResult:
+    """Store validated outcomes in one transaction: all of them, or none (on a conflict).
+
+    Raises OutcomeConflictError when an id is stored (or repeated in ``outcomes``) with other
+    content, QueueFullError when the writer's queue has no room, TimeoutError when the write
+    did not commit within ``timeout_s`` (it may still commit; posting again is safe)."""
+    unique, repeated = unique_outcomes(outcomes)
+    if not unique:
+        return StoreResult(0, repeated)
+    table = pa.Table.from_pylist(
+        [
+            {
+                "ord": i,
+                "outcome_id": o.outcome_id,
+                "task_id": o.task_id,
+                "trace_id": o.trace_id,
+                "outcome": o.outcome,
+                "review_s": o.review_s,
+                "reviewer": o.reviewer,
+                "score": o.score,
+                "decided_at": o.decided_at,
+                "source": o.source,
+            }
+            for i, o in enumerate(unique)
+        ],
+        schema=_SCHEMA,
+    )
+
+    def op(cur: duckdb.DuckDBPyConnection) -> StoreResult:
+        cur.register(_BATCH, table)
+        try:
+            existing = cur.execute(_EXISTING_SQL).fetchall()
+            for row in existing:
+                if not row[-1]:
+                    raise OutcomeConflictError(_conflict_message(unique[row[0]], row))
+            cur.execute(_INSERT_SQL)
+        finally:
+            cur.unregister(_BATCH)
+        return StoreResult(len(unique) - len(existing), repeated + len(existing))
+
+    return storage.write(op, units=len(unique), timeout_s=timeout_s)
+
+
+# ---------------------------------------------------------------------------- HTTP
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+class OutcomeReceiver:
+    """Answers POST /v1/outcomes: authenticates, validates, stores, reports.
+
+    Conventions of ingest/otlp_receiver.py's TraceReceiver: the same ingest keys and 401
+    messages, 405 for other methods, 413 over the body limit (after gzip), 415 for another
+    content type, 503 + Retry-After when the writer's queue is full. Answers are JSON:
+    200 ``{"inserted": n, "duplicates": m}``, else ``{"error": "...", "errors": [...]}``.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        metrics: ServiceMetrics,
+        *,
+        ingest_keys: tuple[str, ...] = (),
+        max_body_bytes: int = MAX_BODY_BYTES,
+        retry_after_s: int = 1,
+        write_timeout_s: float = 60.0,
+    ) -> None:
+        self._storage = storage
+        self._metrics = metrics
+        self._keys = tuple(k.encode() for k in ingest_keys)
+        self._max_body = max_body_bytes
+        self._retry_after = retry_after_s
+        self._write_timeout = write_timeout_s
+
+    def handle(self, method: str, headers: Mapping[str, str], stream: BinaryIO) -> Response:
+        """Answer one HTTP request to /v1/outcomes. ``headers`` keys are case-insensitive."""
+        started = time.perf_counter()
+        try:
+            response = self._handle(method, headers, stream)
+        except InferLedgerError as exc:
+            response = self._error(exc)
+        except Exception:  # the one place a bug becomes a 500 with a log line
+            log.exception("unexpected error in %s", ENDPOINT)
+            response = self._error(InferLedgerError("internal error; see the server log"))
+        self._metrics.http_requests.labels(ENDPOINT, str(response.status)).inc()
+        self._metrics.http_latency.labels(ENDPOINT).observe(time.perf_counter() - started)
+        return response
+
+    def _handle(self, method: str, headers: Mapping[str, str], stream: BinaryIO) -> Response:
+        if method != "POST":
+            raise MethodNotAllowedError(f"method {method} is not allowed; use POST")
+        self._authenticate(headers)
+        if _media_type(headers.get("Content-Type")) != JSON:
+            raise UnsupportedMediaTypeError(
+                f"unsupported Content-Type {headers.get('Content-Type')!r}: use {JSON}"
+            )
+        length_header = headers.get("Content-Length")
+        try:
+            length = int(length_header) if length_header else None
+        except ValueError:
+            raise BadInputError(f"invalid Content-Length {length_header!r}") from None
+        body = read_body(stream, length, headers.get("Content-Encoding"), self._max_body)
+        outcomes = parse_outcomes_json(body)
+        try:
+            result = store_outcomes(self._storage, outcomes, timeout_s=self._write_timeout)
+        except QueueFullError:
+            raise ServiceUnavailableError(
+                "ingest is overloaded (too many writes waiting); retry later"
+            ) from None
+        except TimeoutError:
+            raise ServiceUnavailableError(
+                f"the write did not finish within {self._write_timeout:g} s; retry "
+                "(posting the same outcomes again is safe)"
+            ) from None
+        except (OSError, StorageError) as exc:
+            raise ServiceUnavailableError(f"cannot store outcomes now: {exc}") from None
+        body_out = {"inserted": result.inserted, "duplicates": result.duplicates}
+        return Response(200, json.dumps(body_out).encode(), JSON)
+
+    def _authenticate(self, headers: Mapping[str, str]) -> None:
+        # The same keys and messages as TraceReceiver._authenticate (ingest/otlp_receiver.py).
+        if not self._keys:
+            return
+        given = headers.get("X-InferLedger-Key")
+        auth = headers.get("Authorization") or ""
+        if given is None and auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        if given is None:
+            raise UnauthorizedError(
+                "missing ingest key: send 'Authorization: Bearer <key>' or 'X-InferLedger-Key'"
+            )
+        candidate = given.encode()
+        ok = False
+        for key in self._keys:  # no early exit: timing must not reveal which key matched
+            ok |= hmac.compare_digest(candidate, key)
+        if not ok:
+            raise UnauthorizedError("invalid ingest key")
+
+    def _error(self, exc: InferLedgerError) -> Response:
+        status = exc.http_status
+        errors = list(getattr(exc, "errors", ())) or [str(exc)]
+        doc: dict[str, object] = {"error": str(exc), "errors": errors[:ERRORS_SHOWN]}
+        if len(errors) > ERRORS_SHOWN:
+            doc["errors_total"] = len(errors)
+        headers: dict[str, str] = {}
+        if status == 503:
+            headers["Retry-After"] = str(self._retry_after)
+        if status == 401:
+            headers["WWW-Authenticate"] = 'Bearer realm="inferledger-ingest"'
+        return Response(status, json.dumps(doc).encode(), JSON, headers)

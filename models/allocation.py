@@ -1,0 +1,152 @@
+"""Cost allocation: replica cost per hour split into each request's prefill and decode usage and
+idle, hosted calls priced by tokens, services and review priced, rolled up into hourly spend.
+
+The SQL lives in sql/marts/allocation.sql and sql/marts/spend.sql, one statement per
+``-- step:`` marker; this module runs the steps for a window of whole hours inside one write
+transaction (the caller's cursor). Definitions: docs/cost-model.md.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from inferledger.storage import Storage
+
+HOUR_NS = 3_600_000_000_000
+#: How far before a window the refresher looks for requests and tasks that began earlier and
+#: still overlap it. A request or task longer than this is cut at the window's start.
+LOOKBACK_NS = 6 * HOUR_NS
+#: A successful scrape counts as up time until the next scrape, at most this long after it
+#: (Prometheus's staleness period).
+DEFAULT_MAX_SCRAPE_GAP_NS = 300 * 1_000_000_000
+
+_STEP_RE = re.compile(r"^-- step: (\w+)\s*$", re.MULTILINE)
+_PARAM_RE = re.compile(r"\$(\w+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    name: str
+    sql: str
+    params: tuple[str, ...]
+
+
+@cache
+def load_steps(file: str) -> tuple[Step, ...]:
+    """The statements of sql/marts/<file>, in order."""
+    text = resources.files("sql").joinpath("marts", file).read_text(encoding="utf-8")
+    parts = _STEP_RE.split(text)
+    steps = []
+    for name, body in zip(parts[1::2], parts[2::2], strict=True):
+        sql = body.strip().rstrip(";")
+        steps.append(Step(name, sql, tuple(dict.fromkeys(_PARAM_RE.findall(sql)))))
+    return tuple(steps)
+
+
+def hour_floor_ns(ns: int) -> int:
+    return ns // HOUR_NS * HOUR_NS
+
+
+def hour_start(ns: int) -> datetime:
+    return datetime.fromtimestamp(hour_floor_ns(ns) / 1e9, UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class WindowResult:
+    hours: int
+    requests: int
+
+
+def run_steps(cur: duckdb.DuckDBPyConnection, file: str, params: dict[str, Any]) -> None:
+    """Run every step of sql/marts/<file> with the parameters it names."""
+    for step in load_steps(file):
+        cur.execute(step.sql, {name: params[name] for name in step.params})
+
+
+def drop_window_tables(cur: duckdb.DuckDBPyConnection) -> None:
+    """Free the window's temp tables (they live as long as the writer's connection)."""
+    names = [
+        step.name
+        for file in ("allocation.sql", "spend.sql")
+        for step in load_steps(file)
+        if step.name.startswith("w_")
+    ]
+    for name in names:
+        cur.execute(f"drop table if exists temp.{name}")
+
+
+def allocate_window(
+    cur: duckdb.DuckDBPyConnection,
+    h0_ns: int,
+    h1_ns: int,
+    *,
+    max_scrape_gap_ns: int = DEFAULT_MAX_SCRAPE_GAP_NS,
+) -> WindowResult:
+    """Recompute every cost mart for the whole hours [h0_ns, h1_ns) (Unix ns, hour-aligned).
+
+    Run inside a write transaction: it replaces the window's rows of mart_request_pieces,
+    mart_replica_hours, mart_service_calls, mart_service_hours, mart_reviews and
+    mart_spend_hourly, and the mart_requests rows of every request overlapping the window.
+    """
+    if h0_ns % HOUR_NS or h1_ns % HOUR_NS or h1_ns <= h0_ns:
+        raise ValueError(f"window must be whole hours, got [{h0_ns}, {h1_ns})")
+    params = {
+        "h0_ns": h0_ns,
+        "h1_ns": h1_ns,
+        "lookback_ns": LOOKBACK_NS,
+        "gap_ns": max_scrape_gap_ns,
+    }
+    run_steps(cur, "allocation.sql", params)
+    run_steps(cur, "spend.sql", params)
+    (requests,) = cur.execute("select count(*) from w_req").fetchone() or (0,)
+    drop_window_tables(cur)
+    return WindowResult(hours=(h1_ns - h0_ns) // HOUR_NS, requests=int(requests))
+
+
+def estimate_gpu_seconds(storage: Storage, from_ns: int, to_ns: int) -> pa.Table:
+    """The GPU-share estimator alone, for checking it against ground truth: per engine request
+    overlapping [from_ns, to_ns), its estimated prefill and decode GPU-seconds.
+
+    Columns: trace_id, span_id (the engine span), replica, prefill_gpu_s, decode_gpu_s. Runs the
+    allocation steps up to the pieces in a transaction that is rolled back: nothing is stored.
+    """
+    h0 = hour_floor_ns(from_ns)
+    h1 = hour_floor_ns(to_ns - 1) + HOUR_NS
+    params = {
+        "h0_ns": h0,
+        "h1_ns": h1,
+        "lookback_ns": LOOKBACK_NS,
+        "gap_ns": DEFAULT_MAX_SCRAPE_GAP_NS,
+    }
+    wanted = ("w_hours", "w_spans", "w_req", "w_intervals", "w_gpu_price", "w_rate", "w_sweep")
+
+    def op(cur: duckdb.DuckDBPyConnection) -> pa.Table:
+        for step in load_steps("allocation.sql"):
+            if step.name in wanted or step.name == "w_pieces":
+                cur.execute(step.sql, {name: params[name] for name in step.params})
+        table = cur.sql(
+            """
+            select r.trace_id, r.engine_span_id as span_id, r.replica,
+                coalesce(sum(p.gpu_s) filter (where p.stage = 'prefill'), 0) as prefill_gpu_s,
+                coalesce(sum(p.gpu_s) filter (where p.stage = 'decode'), 0) as decode_gpu_s
+            from w_req as r
+            inner join w_pieces as p on p.trace_id = r.trace_id and p.span_id = r.span_id
+            where r.engine_span_id is not null
+            group by r.trace_id, r.engine_span_id, r.replica
+            order by r.trace_id, r.engine_span_id
+            """
+        ).to_arrow_table()
+        drop_window_tables(cur)
+        return table
+
+    return storage.write(op)

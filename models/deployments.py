@@ -1,0 +1,591 @@
+"""Deployments and their replicas: which scrape targets are which replicas, on which GPUs.
+
+A **replica** is one vLLM server, identified by the name of its vLLM scrape target; its engine
+spans carry the same name as resource ``service.instance.id`` (docs/cost-model.md, "Requests").
+A **deployment** is a named group of identical replicas (``scrape.targets[].deployment``).
+
+Two sources describe them (docs/deployments.md):
+
+- the ``deployments`` setting (and, later, the UI) — :func:`parse_deployments`,
+  :func:`sync_configured`, :func:`set_idle_policy` — written to the ``deployments`` table;
+- what the replicas say about themselves — :func:`learn_replicas` reads scrapes (deployment),
+  vLLM's ``model_name`` label and ``vllm:cache_config_info``, DCGM's ``modelName`` and the engine
+  spans' ``host.name`` — written to the ``replicas`` table.
+
+The ``deployment_replicas`` view joins both: a configured value wins, a learned one fills the gap.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields, replace
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from inferledger.errors import BadInputError
+from models.gpu_catalog import default_gpu_catalog
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from inferledger.storage import Storage
+    from models.workload.config import WorkloadConfig
+
+
+class IdlePolicy(StrEnum):
+    """Where a deployment's idle GPU cost goes (docs/cost-model.md, "Idle policy")."""
+
+    SEPARATE = "separate"
+    USAGE = "usage"
+    EVEN = "even"
+
+
+class DeploymentConfigError(BadInputError, ValueError):
+    """A deployment entry is invalid. Also a ValueError, so that the settings registry reports
+    it as a bad value of the ``deployments`` setting, with where the value came from."""
+
+
+@dataclass(frozen=True, slots=True)
+class Deployment:
+    """One configured deployment. ``None`` means "not configured": learned values fill it."""
+
+    name: str
+    model: str | None = None  # served model name, as vLLM's model_name label
+    gpu_type: str | None = None  # a GPU catalog name (gpu_type_name)
+    gpus_per_replica: int | None = None
+    tensor_parallel: int | None = None
+    idle_policy: IdlePolicy | None = None
+    environment: str | None = None
+
+    @property
+    def gpus(self) -> int:
+        """GPUs one replica holds: gpus_per_replica, else tensor_parallel, else 1."""
+        return self.gpus_per_replica or self.tensor_parallel or 1
+
+
+# ---------------------------------------------------------------------------- GPU names
+
+# GPU types are the GPU catalog's names (models/data/gpus.yaml: H200, H100-SXM, A100-80GB, L40S,
+# B200), the same names the price book stores its GPU prices under (models/price_book.py
+# canonicalizes a subject with get_gpu(...).name), so deployment_replicas.gpu_type joins
+# price_book.subject as is.
+
+
+def known_gpu_types() -> tuple[str, ...]:
+    """The GPU types a deployment may name: the GPU catalog's names."""
+    return default_gpu_catalog().names
+
+
+def gpu_type_name(name: str) -> str | None:
+    """The GPU type (catalog name) of a GPU name in any common spelling known to the catalog
+    ('NVIDIA H200', 'h200', 'H100', 'A100-SXM4-80GB'); None when the catalog does not know it."""
+    try:
+        return default_gpu_catalog().get(name).name
+    except BadInputError:
+        return None
+
+
+def normalize_gpu_model(dcgm_model_name: str | None) -> str | None:
+    """DCGM's ``modelName`` label as a GPU type: 'NVIDIA H200' → 'H200',
+    'NVIDIA H100 80GB HBM3' → 'H100-SXM', 'NVIDIA A100-SXM4-80GB' → 'A100-80GB'. None for a GPU
+    the catalog does not know (say 'Tesla T4', or an A100 40GB): configure its gpu_type then."""
+    if dcgm_model_name is None or not dcgm_model_name.strip():
+        return None
+    return gpu_type_name(dcgm_model_name)
+
+
+# ---------------------------------------------------------------------------- parsing
+
+_FIELDS = tuple(f.name for f in fields(Deployment))
+_MAX_GPUS = 65_536  # far above any replica; keeps a typo from overflowing the INTEGER column
+
+
+def parse_deployments(raw: Any) -> tuple[Deployment, ...]:
+    """The ``deployments`` setting: a YAML list of mappings with the fields of
+    :class:`Deployment` (a JSON list in the environment). Raises DeploymentConfigError with one
+    line naming the entry and the field."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        if not raw.strip():
+            return ()
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            raise DeploymentConfigError(
+                f"expected a JSON list of deployments: {exc.msg} at character {exc.pos}"
+            ) from None
+    if not isinstance(raw, list | tuple):
+        raise DeploymentConfigError(
+            f"expected a list of deployments, got {type(raw).__name__} {_short(raw)}"
+        )
+    out: list[Deployment] = []
+    seen: set[str] = set()
+    for i, entry in enumerate(raw):
+        deployment = _parse_entry(entry, i + 1)
+        if deployment.name in seen:
+            raise DeploymentConfigError(f"deployment name {deployment.name!r} is used twice")
+        seen.add(deployment.name)
+        out.append(deployment)
+    return tuple(out)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _parse_entry(entry: Any, number: int) -> Deployment:
+    if isinstance(entry, Deployment):
+        entry = {f: getattr(entry, f) for f in _FIELDS}
+    where = f"deployment #{number}"
+    if not isinstance(entry, Mapping):
+        raise DeploymentConfigError(f"{where}: expected a mapping with a name, got {_short(entry)}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise DeploymentConfigError(f"{where}: name is required (a non-empty text)")
+    if name != name.strip():
+        raise DeploymentConfigError(f"{where}: name {name!r} has leading or trailing spaces")
+    where = f"deployment #{number} ({name})"
+    unknown = sorted(str(k) for k in entry if k not in _FIELDS)
+    if unknown:
+        raise DeploymentConfigError(
+            f"{where}: unknown field(s) {', '.join(unknown)} (known: {', '.join(_FIELDS)})"
+        )
+    gpus = _count(entry, "gpus_per_replica", where)
+    tensor_parallel = _count(entry, "tensor_parallel", where)
+    if gpus is not None and tensor_parallel is not None and gpus % tensor_parallel:
+        raise DeploymentConfigError(
+            f"{where}: gpus_per_replica ({gpus}) must be a multiple of tensor_parallel "
+            f"({tensor_parallel})"
+        )
+    return Deployment(
+        name=name,
+        model=_text(entry, "model", where),
+        gpu_type=_gpu_type(entry, where),
+        gpus_per_replica=gpus,
+        tensor_parallel=tensor_parallel,
+        idle_policy=_idle_policy(entry, where),
+        environment=_text(entry, "environment", where),
+    )
+
+
+def _text(entry: Mapping[str, Any], key: str, where: str) -> str | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise DeploymentConfigError(f"{where}: {key} must be a non-empty text, got {_short(value)}")
+    return value.strip()
+
+
+def _count(entry: Mapping[str, Any], key: str, where: str) -> int | None:
+    value = entry.get(key)
+    if value is None:
+        return None
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)  # JSON and YAML may write 2.0
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise DeploymentConfigError(f"{where}: {key} must be a whole number, got {_short(value)}")
+    if not 1 <= value <= _MAX_GPUS:
+        raise DeploymentConfigError(f"{where}: {key} must be from 1 to {_MAX_GPUS}, got {value}")
+    return value
+
+
+def _gpu_type(entry: Mapping[str, Any], where: str) -> str | None:
+    value = _text(entry, "gpu_type", where)
+    if value is None:
+        return None
+    name = gpu_type_name(value)
+    if name is None:
+        raise DeploymentConfigError(
+            f"{where}: gpu_type {value!r} is not a known GPU "
+            f"(known: {', '.join(known_gpu_types())})"
+        )
+    return name
+
+
+def parse_idle_policy(value: Any, where: str = "idle_policy") -> IdlePolicy:
+    """'separate', 'usage' or 'even' (any case); DeploymentConfigError otherwise."""
+    if isinstance(value, IdlePolicy):
+        return value
+    key = value.strip().lower() if isinstance(value, str) else None
+    try:
+        return IdlePolicy(key)
+    except ValueError:
+        raise DeploymentConfigError(
+            f"{where} must be one of {', '.join(p.value for p in IdlePolicy)}, got {_short(value)}"
+        ) from None
+
+
+def _idle_policy(entry: Mapping[str, Any], where: str) -> IdlePolicy | None:
+    value = entry.get("idle_policy")
+    if value is None:
+        return None
+    return parse_idle_policy(value, f"{where}: idle_policy")
+
+
+def deployments_from_workload(config: WorkloadConfig) -> tuple[Deployment, ...]:
+    """The deployments of a simulated workload (the demo's models/data/workload.yaml), as the
+    ``deployments`` setting would configure them."""
+    out = []
+    for d in config.deployments:
+        gpu_type = gpu_type_name(d.gpu)
+        if gpu_type is None:
+            raise DeploymentConfigError(
+                f"workload deployment {d.name}: gpu {d.gpu!r} is not a known GPU "
+                f"(known: {', '.join(known_gpu_types())})"
+            )
+        out.append(
+            Deployment(
+                name=d.name,
+                # vLLM reports the served name as model_name, and apps send it as the model.
+                model=d.served_model_name,
+                gpu_type=gpu_type,
+                gpus_per_replica=d.tensor_parallel_size,
+                tensor_parallel=d.tensor_parallel_size,
+                environment=config.environment,
+            )
+        )
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------- configured rows
+
+_DEPLOYMENT_COLUMNS = (
+    "model",
+    "gpu_type",
+    "gpus_per_replica",
+    "tensor_parallel",
+    "idle_policy",
+    "environment",
+)
+
+
+def sync_configured(storage: Storage, deployments: Sequence[Deployment]) -> None:
+    """Make the ``deployments`` table's config rows match ``deployments``, in one write.
+
+    Each configured deployment is upserted with ``source = 'config'`` (taking over a discovered
+    or UI row of the same name). A config row no longer configured is deleted; rows the UI or
+    discovery made are left alone, and a deleted name that still has replicas comes back as
+    discovered. A configured idle_policy wins; without one the stored policy (say, set in the
+    UI) is kept. Rows that do not change keep their updated_at.
+    """
+    wanted = {d.name: d for d in deployments}
+
+    def write(cur: duckdb.DuckDBPyConnection) -> None:
+        stored = {
+            row[0]: row[1:]
+            for row in cur.execute(
+                "SELECT deployment, model, gpu_type, gpus_per_replica, tensor_parallel, "
+                "idle_policy, environment, source FROM deployments"
+            ).fetchall()
+        }
+        cur.execute(
+            "DELETE FROM deployments WHERE source = 'config' AND NOT list_contains(?, deployment)",
+            [list(wanted)],
+        )
+        for d in wanted.values():
+            old = stored.get(d.name)
+            policy = d.idle_policy.value if d.idle_policy is not None else None
+            if policy is None:
+                policy = old[4] if old is not None else IdlePolicy.SEPARATE.value
+            row = (
+                d.model,
+                d.gpu_type,
+                d.gpus_per_replica,
+                d.tensor_parallel,
+                policy,
+                d.environment,
+                "config",
+            )
+            if old == row:
+                continue
+            cur.execute(
+                "INSERT INTO deployments (deployment, model, gpu_type, gpus_per_replica, "
+                "tensor_parallel, idle_policy, environment, source, updated_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp) "
+                "ON CONFLICT (deployment) DO UPDATE SET "
+                + ", ".join(f"{c} = excluded.{c}" for c in (*_DEPLOYMENT_COLUMNS, "source"))
+                + ", updated_at = excluded.updated_at",
+                [d.name, *row],
+            )
+        _discover(cur)
+
+    storage.write(write)
+
+
+def _discover(cur: duckdb.DuckDBPyConnection) -> None:
+    """A deployment row (source 'discovered') for every replica's deployment that has none, so
+    the deployment list is complete and the UI can set a policy on any of them."""
+    cur.execute(
+        "INSERT INTO deployments (deployment, source) "
+        "SELECT DISTINCT coalesce(deployment, replica), 'discovered' FROM replicas "
+        "ON CONFLICT (deployment) DO NOTHING"
+    )
+
+
+def set_idle_policy(storage: Storage, deployment: str, policy: IdlePolicy | str) -> None:
+    """Set one deployment's idle policy (the UI's action). A deployment without a row gets one
+    owned by the UI; a discovered row becomes the UI's; a config row stays the config's (its
+    configured idle_policy, if any, wins again at the next start)."""
+    if not isinstance(deployment, str) or not deployment.strip():
+        raise DeploymentConfigError("set_idle_policy: deployment must be a non-empty name")
+    value = parse_idle_policy(policy, f"idle policy of {deployment}").value
+    storage.write(
+        lambda cur: cur.execute(
+            "INSERT INTO deployments (deployment, idle_policy, source) VALUES (?, ?, 'ui') "
+            "ON CONFLICT (deployment) DO UPDATE SET idle_policy = excluded.idle_policy, "
+            "source = CASE WHEN deployments.source = 'discovered' THEN 'ui' "
+            "ELSE deployments.source END, "
+            "updated_at = get_current_timestamp()",
+            [deployment, value],
+        )
+    )
+
+
+# ---------------------------------------------------------------------------- learning
+
+# A gauge every vLLM version exports on every scrape, with the model_name label.
+_MODEL_NAME_METRIC = "vllm:num_requests_running"
+_CACHE_CONFIG = "vllm:cache_config_info"
+# dcgm-exporter's default gauges (../shared/reference/vllm-observability.md 5a); every sample
+# carries modelName and, unless --no-hostname, Hostname. Any one of them is enough.
+_DCGM_METRICS = (
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_POWER_USAGE",
+)
+_DCGM_IN = ", ".join(f"'{m}'" for m in _DCGM_METRICS)  # constants, not input
+
+# metric_samples is the big table and has no index. Each sample query filters on constant
+# metric names and on ts (DuckDB prunes row groups by their ts min/max; metric names mix in
+# every row group, so they do not prune), and reads the labels map only of each target's latest
+# scrape: first the latest ts per target from the narrow columns, then those rows' labels.
+# On 29 M samples a full learn_replicas takes 0.15-0.4 s this way, ~2 s reading the labels of every
+# matching row; a one-hour window ~30 ms (docs/deployments.md, "Cost").
+_LATEST_LABELS_SQL = """
+with latest as (
+    select target, max(ts) as ts
+    from metric_samples
+    where metric in ({metrics}) {{since}}
+    group by target
+)
+select m.target, {select}
+from metric_samples as m
+inner join latest as l on l.target = m.target and l.ts = m.ts
+where m.metric in ({metrics}) {{since_m}}
+group by {group}
+"""
+_MODEL_SQL = _LATEST_LABELS_SQL.format(
+    metrics=f"'{_MODEL_NAME_METRIC}'",
+    select="max(m.labels['model_name'])",
+    group="m.target",
+)
+_CACHE_SQL = _LATEST_LABELS_SQL.format(
+    metrics=f"'{_CACHE_CONFIG}'",
+    select=(
+        "max(m.labels['block_size']), max(m.labels['num_gpu_blocks']), "
+        "max(m.labels['cache_dtype']), max(m.labels['enable_prefix_caching'])"
+    ),
+    group="m.target",
+)
+_DCGM_SQL = _LATEST_LABELS_SQL.format(
+    metrics=_DCGM_IN,
+    select="m.labels['Hostname'], list(distinct m.labels['modelName'])",
+    group="m.target, m.labels['Hostname']",
+)
+_SCRAPES_SQL = """
+select target, kind,
+       arg_max(deployment, ts) filter (where deployment is not null) as deployment,
+       min(ts) filter (where up) as first_seen,
+       max(ts) filter (where up) as last_seen
+from scrapes
+where kind in ('vllm', 'dcgm') {since}
+group by target, kind
+"""
+# host.name is a resource attribute no typed column holds, so it stays in the resource lists;
+# they are read only for each replica's latest span (resources are fixed for a process).
+_HOST_SQL = """
+with latest as (
+    select service_instance_id, max(start_ns) as start_ns
+    from spans
+    where service_instance_id is not null {since}
+    group by service_instance_id
+)
+select s.service_instance_id,
+       max(s.resource_values[list_position(s.resource_keys, 'host.name')])
+from spans as s
+inner join latest as l
+    on l.service_instance_id = s.service_instance_id and l.start_ns = s.start_ns
+where true {since_s}
+group by s.service_instance_id
+"""
+
+# Learned columns, in the order of _Learned's fields after the replica name.
+_REPLICA_COLUMNS = (
+    "deployment",
+    "model",
+    "gpu_type",
+    "dcgm_model_name",
+    "block_size",
+    "num_gpu_blocks",
+    "cache_dtype",
+    "prefix_caching",
+    "host",
+    "first_seen",
+    "last_seen",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Learned:
+    """What one window of data says about one replica; None where it says nothing."""
+
+    deployment: str | None = None
+    model: str | None = None
+    gpu_type: str | None = None
+    dcgm_model_name: str | None = None
+    block_size: int | None = None
+    num_gpu_blocks: int | None = None
+    cache_dtype: str | None = None
+    prefix_caching: bool | None = None
+    host: str | None = None
+    first_seen: datetime | None = None
+    last_seen: datetime | None = None
+
+
+def learn_replicas(storage: Storage, since: datetime | None = None) -> int:
+    """Learn replicas from the scrapes, samples and spans at or after ``since`` (all of them
+    when None) and upsert them into ``replicas``; returns how many replicas the window had.
+
+    Incremental: the window runs from ``since`` to now, so what it tells is the newest and
+    wins; a value it does not tell (no cache_config_info in it, say) keeps its stored value.
+    Pass the earliest time whose data arrived since the last call (scrapes.received_at lets a
+    caller find it when history is loaded late), or None to rescan everything.
+    """
+    if since is not None and since.utcoffset() is None:
+        raise ValueError("since must be timezone-aware")
+    window = {"since": "", "since_m": ""}
+    params: list[Any] = []
+    if since is not None:
+        window = {"since": "and ts >= ?", "since_m": "and m.ts >= ?"}
+        params = [since]
+    scrapes = storage.fetchall(_SCRAPES_SQL.format(**window), params)
+    vllm = {r[0]: r for r in scrapes if r[1] == "vllm"}
+    if not vllm:
+        return 0
+    twice = params * 2  # the latest-labels queries filter both of their scans
+    models = dict(storage.fetchall(_MODEL_SQL.format(**window), twice))
+    caches = {r[0]: r[1:] for r in storage.fetchall(_CACHE_SQL.format(**window), twice)}
+    dcgm_rows = storage.fetchall(_DCGM_SQL.format(**window), twice)
+    span_window = {"since": "", "since_s": ""}
+    span_params: list[Any] = []
+    if since is not None:
+        span_window = {"since": "and start_ns >= ?", "since_s": "and s.start_ns >= ?"}
+        span_params = [_unix_ns(since)] * 2
+    hosts = {
+        instance: host
+        for instance, host in storage.fetchall(_HOST_SQL.format(**span_window), span_params)
+        if host
+    }
+
+    dcgm_deployment = {r[0]: r[2] for r in scrapes if r[1] == "dcgm"}
+    by_host: dict[str, set[str]] = {}
+    by_deployment: dict[str, set[str]] = {}
+    for target, hostname, model_names in dcgm_rows:
+        names = {n for n in model_names if n}
+        if hostname:
+            by_host.setdefault(hostname, set()).update(names)
+        if dcgm_deployment.get(target):
+            by_deployment.setdefault(dcgm_deployment[target], set()).update(names)
+
+    learned = {}
+    for target, (_, _, deployment, first_seen, last_seen) in vllm.items():
+        block_size, num_blocks, cache_dtype, prefix = caches.get(target, (None,) * 4)
+        learned[target] = _Learned(
+            deployment=deployment,
+            model=models.get(target),
+            block_size=_int_label(block_size),
+            num_gpu_blocks=_int_label(num_blocks),
+            cache_dtype=cache_dtype or None,
+            prefix_caching=_bool_label(prefix),
+            host=hosts.get(target),
+            first_seen=first_seen,
+            last_seen=last_seen,
+        )
+
+    def write(cur: duckdb.DuckDBPyConnection) -> int:
+        stored = {
+            row[0]: _Learned(*row[1:])
+            for row in cur.execute(
+                f"SELECT replica, {', '.join(_REPLICA_COLUMNS)} FROM replicas"
+            ).fetchall()
+        }
+        rows = []
+        for target, new in learned.items():
+            merged = _merge(stored.get(target), new)
+            # GPU type: the DCGM exporter on the replica's host, else the DCGM exporters of its
+            # deployment when they agree on one GPU model.
+            names = by_host.get(merged.host or "") or by_deployment.get(merged.deployment or "")
+            if names is not None and len(names) == 1:
+                (dcgm_name,) = names
+                merged = replace(
+                    merged, gpu_type=normalize_gpu_model(dcgm_name), dcgm_model_name=dcgm_name
+                )
+            rows.append([target, *(getattr(merged, c) for c in _REPLICA_COLUMNS)])
+        cur.executemany(
+            f"INSERT INTO replicas (replica, {', '.join(_REPLICA_COLUMNS)}, learned_at) "
+            f"VALUES ({', '.join('?' * (len(_REPLICA_COLUMNS) + 1))}, current_timestamp) "
+            "ON CONFLICT (replica) DO UPDATE SET "
+            + ", ".join(f"{c} = excluded.{c}" for c in (*_REPLICA_COLUMNS, "learned_at")),
+            rows,
+        )
+        _discover(cur)
+        return len(rows)
+
+    return storage.write(write)
+
+
+def _merge(old: _Learned | None, new: _Learned) -> _Learned:
+    """A stored row updated with a window's facts: what the window tells wins (it holds the
+    newest data: it reaches from ``since`` to now), the rest is kept; seen times widen."""
+    if old is None:
+        return new
+    values: dict[str, Any] = {}
+    for column in _REPLICA_COLUMNS:
+        a, b = getattr(old, column), getattr(new, column)
+        if column == "first_seen":
+            values[column] = _pick(min, a, b)
+        elif column == "last_seen":
+            values[column] = _pick(max, a, b)
+        else:
+            values[column] = b if b is not None else a
+    return _Learned(**values)
+
+
+def _pick(choose: Any, a: datetime | None, b: datetime | None) -> datetime | None:
+    present = [v for v in (a, b) if v is not None]
+    return choose(present) if present else None
+
+
+def _int_label(value: str | None) -> int | None:
+    # cache_config_info stringifies every field; unset ones read "None".
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _bool_label(value: str | None) -> bool | None:
+    return {"true": True, "false": False}.get((value or "").strip().lower())
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _unix_ns(ts: datetime) -> int:
+    return (ts - _EPOCH) // timedelta(microseconds=1) * 1_000

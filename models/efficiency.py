@@ -1,0 +1,403 @@
+"""Efficiency and latency marts: prefix cache, KV cache, GPU utilization, latency by stage and
+SLO targets (docs/efficiency.md; definitions in docs/cost-model.md "Efficiency").
+
+Two refreshes, each run by the mart refresher inside one write op on the writer's cursor:
+
+- :func:`refresh_cache_hours` — the metric side, from scrapes: ``mart_cache_hourly`` (hour x
+  vLLM replica) and ``mart_gpu_hourly`` (hour x dcgm-exporter target). Which hours new scrapes
+  touched: :func:`dirty_cache_hours`.
+- :func:`refresh_latency_hours` — the request side, from ``mart_requests`` and
+  ``mart_service_calls`` (so it runs after those hours are filled): ``mart_latency_hourly``,
+  ``mart_latency_buckets`` and ``mart_cache_by_app``.
+
+The SQL lives in sql/marts/efficiency_*.sql, one statement per ``-- step:``; each refresh
+deletes and recomputes whole hours, so running it twice gives the same rows. Hours are
+processed in runs of consecutive hours, one window per run, so a scattered list of hours never
+scans what lies between them.
+
+SLO targets are data: :func:`seed_slo_targets_if_empty` loads models/data/slo_targets.yaml into
+``slo_targets`` on first start; the ``slo_attainment`` view reads the table at query time.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from inferledger.errors import BadInputError
+from inferledger.storage import Storage
+from inferledger.yaml_files import parse_yaml
+
+#: KV-cache usage (0..1) at or above which a waiting request counts as KV-bound.
+KV_HIGH_USAGE = 0.9
+#: A gauge sample stands for the time until its target's next scrape attempt, at most this long
+#: (the cost model's ``cost.max_scrape_gap_s``).
+MAX_SAMPLE_GAP_S = 300.0
+#: Two counter samples further apart than this give no increase (the window looks back this far).
+COUNTER_MAX_GAP_S = 3600.0
+
+#: Latency stages of mart_latency_hourly / mart_latency_buckets / slo_targets.
+LATENCY_STAGES = ("queue", "retrieval", "prefill", "ttft", "decode", "tpot", "tools", "e2e")
+
+#: Histogram buckets: 0 below 1 ms, 1..288 log-spaced (48 per decade) up to 1000 s, 289 above.
+BUCKETS_PER_DECADE = 48
+BUCKET_FLOOR_S = 0.001
+BUCKET_CEILING_S = 1000.0
+OVERFLOW_BUCKET = 289
+_GAMMA = 10 ** (1 / BUCKETS_PER_DECADE)
+#: The largest relative error of a histogram percentile between 1 ms and 1000 s.
+HISTOGRAM_RELATIVE_ERROR = (_GAMMA - 1) / (_GAMMA + 1)
+
+_HOUR = timedelta(hours=1)
+_STEP = re.compile(r"^-- step: ([a-z_0-9]+)\s*$", re.MULTILINE)
+_PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
+_COMMENT = re.compile(r"--[^\n]*")
+
+
+class SloTargetsError(BadInputError):
+    """An SLO targets file that cannot be loaded; the message names the file, entry and field."""
+
+
+# ---------------------------------------------------------------------------- refreshes
+def refresh_cache_hours(
+    cur: duckdb.DuckDBPyConnection,
+    hours: Iterable[datetime],
+    *,
+    max_gap_s: float = MAX_SAMPLE_GAP_S,
+    kv_high: float = KV_HIGH_USAGE,
+) -> int:
+    """Recompute mart_cache_hourly and mart_gpu_hourly for ``hours`` (timezone-aware; any time
+    inside an hour names that hour) from scrapes; returns the rows written to both. Run it
+    inside a write op: ``storage.write(lambda cur: refresh_cache_hours(cur, hours))``."""
+    params = {"max_gap_s": float(max_gap_s), "counter_max_gap_s": COUNTER_MAX_GAP_S}
+    params["kv_high"] = float(kv_high)
+    written = 0
+    for h0, h1 in hour_runs(hours):
+        results = _run_steps(cur, "efficiency_cache.sql", {**params, "h0": h0, "h1": h1})
+        written += _inserted(results["e_insert_cache"]) + _inserted(results["e_insert_gpu"])
+    return written
+
+
+def refresh_latency_hours(cur: duckdb.DuckDBPyConnection, hours: Iterable[datetime]) -> int:
+    """Recompute mart_latency_hourly, mart_latency_buckets and mart_cache_by_app for ``hours``
+    from mart_requests and mart_service_calls (fill those first); returns the rows written."""
+    written = 0
+    for h0, h1 in hour_runs(hours):
+        results = _run_steps(cur, "efficiency_requests.sql", {"h0": h0, "h1": h1})
+        written += sum(
+            _inserted(results[step])
+            for step in ("e_insert_latency", "e_insert_buckets", "e_insert_cache_by_app")
+        )
+    return written
+
+
+def dirty_cache_hours(
+    cur: duckdb.DuckDBPyConnection, since_received_at: datetime | None
+) -> list[datetime]:
+    """The hours whose metric-side marts change because of the vllm and dcgm scrapes received
+    after ``since_received_at`` (None: every scrape), sorted.
+
+    A scrape at ``ts`` changes: the hour its sample covers (``ts`` up to its successor, at most
+    300 s: one or two hours); the hour of the counter increase that ends at it (intervals
+    ``(a, b]`` belong to the hour of ``b``); and, since it becomes the successor of the scrape
+    before it (``prev``) and the predecessor of the one after it (``next``), the hours of
+    ``prev``'s sample and of the increase that ends at ``next``. Scrapes may arrive out of time
+    order (history replays), so ``prev`` and ``next`` are looked up, not assumed.
+    """
+    sql = """
+        with fresh as (
+            select target, ts from scrapes
+            where kind in ('vllm', 'dcgm') and ($since is null or received_at > $since)
+        ),
+        with_prev as (
+            select f.target, f.ts, p.ts as prev_ts
+            from fresh as f
+            asof left join scrapes as p on p.target = f.target and p.ts < f.ts
+        ),
+        with_next as (
+            select f.target, f.ts, f.prev_ts, n.ts as next_ts
+            from with_prev as f
+            asof left join scrapes as n on n.target = f.target and n.ts > f.ts
+        ),
+        touched as (
+            select unnest([
+                epoch_us(ts) // 3600000000,
+                (epoch_us(ts) - 1) // 3600000000,
+                (epoch_us(ts) + $gap_us - 1) // 3600000000,
+                epoch_us(prev_ts) // 3600000000,
+                (epoch_us(prev_ts) + $gap_us - 1) // 3600000000,
+                (epoch_us(next_ts) - 1) // 3600000000
+            ]) as hour_n
+            from with_next
+        )
+        select distinct to_timestamp(hour_n * 3600) as hour
+        from touched
+        where hour_n is not null
+        order by hour
+    """
+    params = {"since": since_received_at, "gap_us": int(MAX_SAMPLE_GAP_S * 1e6)}
+    return [row[0] for row in cur.execute(sql, params).fetchall()]
+
+
+def hour_runs(hours: Iterable[datetime]) -> list[tuple[datetime, datetime]]:
+    """Runs of consecutive whole hours as windows [start, end) in UTC, sorted; each time is
+    truncated to its hour. Naive datetimes are refused: an hour must be a UTC hour."""
+    starts: set[datetime] = set()
+    for h in hours:
+        if h.tzinfo is None or h.utcoffset() is None:
+            raise ValueError(f"hours must be timezone-aware, got {h!r}")
+        u = h.astimezone(UTC)
+        starts.add(u.replace(minute=0, second=0, microsecond=0))
+    runs: list[tuple[datetime, datetime]] = []
+    for start in sorted(starts):
+        if runs and runs[-1][1] == start:
+            runs[-1] = (runs[-1][0], start + _HOUR)
+        else:
+            runs.append((start, start + _HOUR))
+    return runs
+
+
+def _run_steps(
+    cur: duckdb.DuckDBPyConnection, file_name: str, params: dict[str, Any]
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Run every step of sql/marts/<file_name> with the parameters it names; each step's rows."""
+    results = {}
+    for name, sql in _steps(file_name):
+        used = set(_PARAM.findall(_COMMENT.sub("", sql)))
+        results[name] = cur.execute(sql, {k: params[k] for k in used}).fetchall()
+    return results
+
+
+def _steps(file_name: str) -> list[tuple[str, str]]:
+    text = resources.files("sql").joinpath("marts", file_name).read_text(encoding="utf-8")
+    parts = _STEP.split(text)
+    # parts: [preamble, name1, body1, name2, body2, ...]
+    return [(parts[i], parts[i + 1].strip()) for i in range(1, len(parts), 2)]
+
+
+def _inserted(rows: Sequence[tuple[Any, ...]]) -> int:
+    """Rows an INSERT reported (DuckDB answers one row holding the count)."""
+    return int(rows[0][0]) if rows else 0
+
+
+# ---------------------------------------------------------------------------- histogram
+def latency_bucket(value_s: float) -> int:
+    """The histogram bucket of a latency, as sql/marts/efficiency_requests.sql computes it."""
+    if value_s < BUCKET_FLOOR_S:
+        return 0
+    if value_s >= BUCKET_CEILING_S:
+        return OVERFLOW_BUCKET
+    b = 1 + math.floor(BUCKETS_PER_DECADE * (math.log10(value_s) + 3))
+    return min(max(b, 1), OVERFLOW_BUCKET - 1)
+
+
+def bucket_bounds(bucket: int) -> tuple[float, float]:
+    """[lower, upper) of a bucket in seconds (0 and 1 ms for bucket 0; inf above the last)."""
+    if bucket <= 0:
+        return 0.0, BUCKET_FLOOR_S
+    if bucket >= OVERFLOW_BUCKET:
+        return BUCKET_CEILING_S, math.inf
+    lo = BUCKET_FLOOR_S * 10 ** ((bucket - 1) / BUCKETS_PER_DECADE)
+    return lo, BUCKET_FLOOR_S * 10 ** (bucket / BUCKETS_PER_DECADE)
+
+
+# ---------------------------------------------------------------------------- SLO targets
+@dataclass(frozen=True)
+class SloTarget:
+    """One version of a latency objective (a row of slo_targets)."""
+
+    objective: str
+    route: str
+    stage: str
+    percentile: float
+    target_s: float
+    effective_from: datetime  # timezone-aware, UTC
+    app: str | None = None
+    environment: str | None = None
+    note: str | None = None
+
+
+_TARGET_FIELDS = (
+    "objective",
+    "route",
+    "stage",
+    "percentile",
+    "target_s",
+    "app",
+    "environment",
+    "effective_from",
+    "note",
+)
+_REQUIRED_FIELDS = ("objective", "route", "stage", "percentile", "target_s")
+
+
+def bundled_slo_targets_file() -> Path:
+    """The shipped default targets, models/data/slo_targets.yaml."""
+    return Path(str(resources.files("models").joinpath("data", "slo_targets.yaml")))
+
+
+def load_slo_targets(path: str | Path) -> list[SloTarget]:
+    """Read and validate an SLO targets file (a ``targets:`` list of mappings and an optional
+    file-wide ``effective_from``); raises SloTargetsError naming the file, entry and field."""
+    name = f"SLO targets file {str(path)!r}"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SloTargetsError(f"{name}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise SloTargetsError(f"{name}: not UTF-8 text") from None
+    try:
+        doc = parse_yaml(text, name, SloTargetsError)
+    except ValueError as exc:  # PyYAML's bare error for an impossible date such as 2026-13-01
+        raise SloTargetsError(f"{name}: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("targets"), list):
+        raise SloTargetsError(f"{name} must be a mapping with a `targets:` list")
+    unknown = sorted(set(doc) - {"targets", "effective_from"})
+    if unknown:
+        raise SloTargetsError(f"{name}: unknown top-level key {unknown[0]!r}")
+    default_from = datetime(2000, 1, 1, tzinfo=UTC)
+    if "effective_from" in doc:
+        try:
+            default_from = _parse_time(doc["effective_from"])
+        except ValueError as exc:
+            raise SloTargetsError(f"{name}: effective_from: {exc}") from None
+    targets = []
+    for i, entry in enumerate(doc["targets"], start=1):
+        try:
+            targets.append(parse_slo_target(entry, default_from))
+        except ValueError as exc:
+            raise SloTargetsError(f"{name}, target {i}: {exc}") from None
+    if not targets:
+        raise SloTargetsError(f"{name} holds no targets")
+    seen: dict[tuple[str, datetime], int] = {}
+    for i, t in enumerate(targets, start=1):
+        key = (t.objective, t.effective_from)
+        if key in seen:
+            raise SloTargetsError(
+                f"{name}, target {i}: objective {t.objective!r} already has a version from "
+                f"{t.effective_from.isoformat()} (target {seen[key]})"
+            )
+        seen[key] = i
+    return targets
+
+
+def parse_slo_target(entry: Any, default_from: datetime) -> SloTarget:
+    """Validate one entry; raises ValueError with a message naming the field."""
+    if not isinstance(entry, dict):
+        raise ValueError("must be a mapping such as {objective: ..., route: ..., ...}")
+    for key in entry:
+        if key not in _TARGET_FIELDS:
+            raise ValueError(f"unknown field {key!r} (fields: {', '.join(_TARGET_FIELDS)})")
+    for key in _REQUIRED_FIELDS:
+        if entry.get(key) is None:
+            raise ValueError(f"{key} is missing")
+    stage = _text(entry["stage"], "stage").lower()
+    if stage not in LATENCY_STAGES:
+        raise ValueError(f"stage must be one of {', '.join(LATENCY_STAGES)}, got {stage!r}")
+    percentile = _number(entry["percentile"], "percentile")
+    if not 0 < percentile <= 1:
+        raise ValueError(f"percentile must be in (0, 1] (0.95 for p95), got {percentile:g}")
+    target_s = _number(entry["target_s"], "target_s")
+    if not target_s > 0:
+        raise ValueError(f"target_s must be a positive number of seconds, got {target_s:g}")
+    effective_from = default_from
+    if entry.get("effective_from") is not None:
+        try:
+            effective_from = _parse_time(entry["effective_from"])
+        except ValueError as exc:
+            raise ValueError(f"effective_from: {exc}") from None
+    return SloTarget(
+        objective=_text(entry["objective"], "objective"),
+        route=_text(entry["route"], "route"),
+        stage=stage,
+        percentile=percentile,
+        target_s=target_s,
+        effective_from=effective_from,
+        app=_optional_text(entry.get("app"), "app"),
+        environment=_optional_text(entry.get("environment"), "environment"),
+        note=_optional_text(entry.get("note"), "note"),
+    )
+
+
+def seed_slo_targets_if_empty(storage: Storage, path: str | Path | None = None) -> int:
+    """Load the targets file (the bundled models/data/slo_targets.yaml when ``path`` is None)
+    into an empty slo_targets table; returns the rows inserted (0 when it held any). The file
+    is validated before anything is written, and all rows go in one transaction."""
+    targets = load_slo_targets(bundled_slo_targets_file() if path is None else path)
+
+    def op(cur: duckdb.DuckDBPyConnection) -> int:
+        row = cur.execute("SELECT count(*) FROM slo_targets").fetchone()
+        if row is not None and row[0]:
+            return 0
+        cur.executemany(
+            "INSERT INTO slo_targets (objective, route, app, environment, stage, percentile, "
+            "target_s, effective_from, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                [
+                    t.objective,
+                    t.route,
+                    t.app,
+                    t.environment,
+                    t.stage,
+                    t.percentile,
+                    t.target_s,
+                    t.effective_from,
+                    t.note,
+                ]
+                for t in targets
+            ],
+        )
+        return len(targets)
+
+    return storage.write(op)
+
+
+def _text(value: Any, field: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"{field} must be text, got {value!r}")
+    text = str(value).strip()
+    if not text:
+        raise ValueError(f"{field} must not be empty")
+    return text
+
+
+def _optional_text(value: Any, field: str) -> str | None:
+    return None if value is None else _text(value, field)
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool):
+        raise ValueError(f"{field} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise ValueError(f"{field} must be a finite number, got {value!r}")
+    return number
+
+
+def _parse_time(value: Any) -> datetime:
+    """A date (midnight UTC) or an ISO 8601 time; a time without an offset is UTC."""
+    if isinstance(value, datetime):
+        parsed = value
+    elif isinstance(value, date):
+        parsed = datetime.combine(value, time(0))
+    elif isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError(f"not a date or ISO 8601 time: {value!r}") from None
+    else:
+        raise ValueError(f"not a date or ISO 8601 time: {value!r}")
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=UTC)
+    return parsed.astimezone(UTC)

@@ -1,0 +1,353 @@
+"""The refresher: keeps the cost marts fresh, recomputing only the hours whose inputs changed.
+
+What makes an hour dirty (docs/cost-model.md, docs/operations.md):
+
+- spans received since the last run: the hours they start and end in;
+- scrapes received since the last run (history replays and late targets included);
+- a price book change: every hour with data from the change's ``effective_from`` on;
+- a change of what is known about deployments and replicas (config, learned GPU types, idle
+  policy): every hour with data;
+- outcomes posted since the last run: the hours of their tasks.
+
+Each run reads its watermarks inside a write operation (the writer is the only one who writes,
+so nothing committed is missed), then recomputes the dirty hours in windows of at most
+``max_window_hours`` contiguous hours, each window one write transaction, so ingest interleaves
+with a long rebuild. A window is all-or-nothing; a failed window leaves the watermarks where
+they were, and the next run retries it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from models.allocation import DEFAULT_MAX_SCRAPE_GAP_NS, HOUR_NS, allocate_window
+from models.deployments import learn_replicas
+from models.efficiency import dirty_cache_hours, refresh_cache_hours, refresh_latency_hours
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from inferledger.storage import Storage
+
+log = logging.getLogger(__name__)
+
+#: Hooks run after allocate_window for the same window, in the same transaction:
+#: fn(cur, h0_ns, h1_ns). Efficiency and task marts register here (see _window_hooks()).
+WindowHook = Callable[["duckdb.DuckDBPyConnection", int, int], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshResult:
+    hours: int
+    windows: int
+    requests: int
+    seconds: float
+    reasons: tuple[str, ...] = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    hours: tuple[int, ...]  # hour starts, Unix ns, sorted
+    reasons: tuple[str, ...]
+    marks: dict[str, Any]
+    outcomes_since: datetime | None
+
+
+def _state(cur: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, Any]]:
+    rows = cur.execute("select name, value_ts, value_int from mart_refresh_state").fetchall()
+    return {name: (ts, num) for name, ts, num in rows}
+
+
+def _deployments_fingerprint(cur: duckdb.DuckDBPyConnection) -> int:
+    (value,) = cur.execute(
+        """
+        select coalesce(hash(string_agg(
+            concat_ws('|', replica, deployment, gpu_type, gpus, idle_policy, model),
+            ',' order by replica)), 0)
+        from deployment_replicas
+        """
+    ).fetchone() or (0,)
+    return int(value) & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _hours_with_data(cur: duckdb.DuckDBPyConnection, from_ns: int) -> set[int]:
+    rows = cur.execute(
+        """
+        select distinct epoch_ns(hour) from mart_spend_hourly where epoch_ns(hour) >= $f
+        union
+        select distinct epoch_ns(hour) from mart_replica_hours where epoch_ns(hour) >= $f
+        """,
+        {"f": from_ns},
+    ).fetchall()
+    return {int(h) for (h,) in rows}
+
+
+def _received_mark(cur: duckdb.DuckDBPyConnection, table: str) -> datetime | None:
+    """The watermark to save for `table`: the newest received_at of an earlier transaction.
+
+    Rows are stamped with their transaction's start time, and the writer may commit more
+    operations in this very transaction after the refresher's, under the same stamp. So rows
+    carrying this transaction's stamp are left above the mark: processed now if visible, and
+    once more next run. Every row is processed at least once, and at most twice.
+    """
+    (mark,) = cur.execute(
+        f"select max(received_at) from {table} where received_at < current_timestamp"
+    ).fetchone() or (None,)
+    return mark
+
+
+def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool) -> _Plan:
+    state = _state(cur)
+    hours: set[int] = set()
+    reasons: list[str] = []
+    marks: dict[str, Any] = {}
+
+    spans_mark = None if full else state.get("spans_received", (None, None))[0]
+    new_spans_mark = _received_mark(cur, "spans")
+    if new_spans_mark is not None:
+        rows = cur.execute(
+            """
+            select distinct h from (
+                select start_ns // $H as h from spans
+                where $m::timestamptz is null or received_at > $m
+                union all
+                select end_ns // $H as h from spans
+                where $m::timestamptz is null or received_at > $m
+            )
+            """,
+            {"H": HOUR_NS, "m": spans_mark},
+        ).fetchall()
+        if rows:
+            hours.update(int(h) * HOUR_NS for (h,) in rows)
+            reasons.append(f"spans ({len(rows)} h)")
+        marks["spans_received"] = (new_spans_mark, None)
+
+    scrapes_mark = None if full else state.get("scrapes_received", (None, None))[0]
+    new_scrapes_mark = _received_mark(cur, "scrapes")
+    if new_scrapes_mark is not None:
+        # A scrape changes its own hour, the up time it covers (into the next hour, at most
+        # the gap) and its neighbours' counter increases: efficiency.dirty_cache_hours knows.
+        touched = dirty_cache_hours(cur, scrapes_mark)
+        if touched:
+            hours.update(epoch_ns(h) for h in touched)
+            reasons.append(f"scrapes ({len(touched)} h)")
+        marks["scrapes_received"] = (new_scrapes_mark, None)
+
+    last_change = state.get("price_change", (None, 0))[1] or 0
+    row = cur.execute(
+        """
+        select max(change_id), min(epoch_ns(effective_from))
+        from price_book_changes where change_id > $c
+        """,
+        {"c": last_change},
+    ).fetchone()
+    if row and row[0] is not None:
+        marks["price_change"] = (None, int(row[0]))
+        if last_change and not full:
+            from_ns = int(row[1]) // HOUR_NS * HOUR_NS
+            repriced = _hours_with_data(cur, from_ns)
+            hours.update(repriced)
+            reasons.append(f"prices ({len(repriced)} h)")
+
+    fingerprint = _deployments_fingerprint(cur)
+    old_fp = state.get("deployments", (None, None))[1]
+    if old_fp != fingerprint:
+        marks["deployments"] = (None, fingerprint)
+        if old_fp is not None and not full:
+            every = _hours_with_data(cur, 0)
+            hours.update(every)
+            reasons.append(f"deployments ({len(every)} h)")
+
+    outcomes_since = None if full else state.get("outcomes_received", (None, None))[0]
+    new_outcomes_mark = _received_mark(cur, "outcomes")
+    if new_outcomes_mark is not None:
+        rows = cur.execute(
+            """
+            with changed as (
+                select task_id, trace_id from outcomes
+                where $m::timestamptz is null or received_at > $m
+            ),
+            keys as (
+                select task_id as task_key from changed where task_id is not null
+                union
+                select distinct r.task_key from mart_requests as r
+                semi join changed as c on c.trace_id = r.trace_id
+            )
+            select distinct epoch_ns(hour) from mart_requests semi join keys using (task_key)
+            union
+            select distinct epoch_ns(hour) from mart_reviews semi join keys using (task_key)
+            """,
+            {"m": outcomes_since},
+        ).fetchall()
+        if rows:
+            hours.update(int(h) for (h,) in rows)
+            reasons.append(f"outcomes ({len(rows)} h)")
+        marks["outcomes_received"] = (new_outcomes_mark, None)
+
+    if full:
+        reasons.insert(0, "full rebuild")
+    return _Plan(tuple(sorted(hours)), tuple(reasons), marks, outcomes_since)
+
+
+def windows(hours: Sequence[int], max_hours: int) -> list[tuple[int, int]]:
+    """Contiguous runs of hour starts as [h0, h1) windows of at most max_hours hours."""
+    out: list[tuple[int, int]] = []
+    for h in hours:
+        if out and out[-1][1] == h and (h - out[-1][0]) // HOUR_NS < max_hours:
+            out[-1] = (out[-1][0], h + HOUR_NS)
+        else:
+            out.append((h, h + HOUR_NS))
+    return out
+
+
+def _save_marks(cur: duckdb.DuckDBPyConnection, marks: dict[str, Any]) -> None:
+    for name, (ts, num) in marks.items():
+        cur.execute(
+            """
+            insert or replace into mart_refresh_state (name, value_ts, value_int, updated_at)
+            values ($n, $ts, $num, current_timestamp)
+            """,
+            {"n": name, "ts": ts, "num": num},
+        )
+
+
+def epoch_ns(ts: datetime) -> int:
+    return round(ts.timestamp()) * 1_000_000_000
+
+
+def _hours_of(h0_ns: int, h1_ns: int) -> list[datetime]:
+    return [datetime.fromtimestamp(h // 1_000_000_000, UTC) for h in range(h0_ns, h1_ns, HOUR_NS)]
+
+
+def efficiency_hook(max_gap_s: float) -> WindowHook:
+    """Cache, KV and GPU marts (from scrapes) and latency marts (from mart_requests)."""
+
+    def hook(cur: duckdb.DuckDBPyConnection, h0_ns: int, h1_ns: int) -> None:
+        hours = _hours_of(h0_ns, h1_ns)
+        refresh_cache_hours(cur, hours, max_gap_s=max_gap_s)
+        refresh_latency_hours(cur, hours)
+
+    return hook
+
+
+def _window_hooks(max_gap_s: float) -> list[WindowHook]:
+    """The marts computed per window after the cost marts, in order."""
+    hooks: list[WindowHook] = [efficiency_hook(max_gap_s)]
+    try:
+        from models.unit_economics import refresh_tasks_window
+    except ImportError:  # the task marts are not in this build yet
+        pass
+    else:
+        hooks.append(refresh_tasks_window)
+    return hooks
+
+
+class Refresher:
+    """Runs refreshes one at a time (the scheduler's job and `inferledger refresh` share it)."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        max_window_hours: int = 6,
+        max_scrape_gap_ns: int = DEFAULT_MAX_SCRAPE_GAP_NS,
+        hooks: Iterable[WindowHook] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.max_window_hours = max_window_hours
+        self.max_scrape_gap_ns = max_scrape_gap_ns
+        self.hooks = list(_window_hooks(max_scrape_gap_ns / 1e9) if hooks is None else hooks)
+        self._lock = threading.Lock()
+        self.last: RefreshResult | None = None
+
+    def _new_scrapes_since(self) -> datetime | None:
+        """The earliest scrape time among scrapes received since the last refresh: replicas are
+        learned from those (history replays arrive with old timestamps); None learns from all."""
+        row = self.storage.fetchall(
+            """
+            select min(s.ts), count(*) from scrapes as s
+            where s.received_at > (
+                select value_ts from mart_refresh_state where name = 'scrapes_received'
+            )
+            """
+        )
+        ts, count = row[0]
+        if ts is None and not count:
+            # no mark yet (learn from everything) or nothing new (a narrow, cheap window)
+            has_mark = self.storage.scalar(
+                "select count(*) from mart_refresh_state where name = 'scrapes_received'"
+            )
+            return datetime.now().astimezone() if has_mark else None
+        return ts
+
+    def refresh(self, *, full: bool = False, trigger: str = "scheduler") -> RefreshResult:
+        with self._lock:
+            return self._refresh(full=full, trigger=trigger)
+
+    def _refresh(self, *, full: bool, trigger: str) -> RefreshResult:
+        started = time.perf_counter()
+        started_at = datetime.now().astimezone()
+        learn_replicas(self.storage, since=None if full else self._new_scrapes_since())
+        plan = self.storage.write(lambda cur: _plan(cur, full=full))
+        total_requests = 0
+        runs = windows(plan.hours, self.max_window_hours)
+        for h0, h1 in runs:
+
+            def op(cur: duckdb.DuckDBPyConnection, h0: int = h0, h1: int = h1) -> int:
+                result = allocate_window(cur, h0, h1, max_scrape_gap_ns=self.max_scrape_gap_ns)
+                for hook in self.hooks:
+                    hook(cur, h0, h1)
+                return result.requests
+
+            total_requests += self.storage.write(op)
+
+        def finish(cur: duckdb.DuckDBPyConnection) -> None:
+            if plan.marks.get("outcomes_received") is not None:
+                try:
+                    from models.unit_economics import refresh_tasks_for_outcomes
+                except ImportError:
+                    pass
+                else:
+                    refresh_tasks_for_outcomes(cur, plan.outcomes_since)
+            _save_marks(cur, plan.marks)
+            cur.execute(
+                "insert into mart_refresh_log values ($s, $sec, $h, $r, $t)",
+                {
+                    "s": started_at,
+                    "sec": time.perf_counter() - started,
+                    "h": len(plan.hours),
+                    "r": total_requests,
+                    "t": trigger,
+                },
+            )
+
+        self.storage.write(finish)
+        result = RefreshResult(
+            hours=len(plan.hours),
+            windows=len(runs),
+            requests=total_requests,
+            seconds=time.perf_counter() - started,
+            reasons=plan.reasons,
+        )
+        self.last = result
+        if plan.hours:
+            log.info(
+                "ledger refreshed %d h in %d windows (%d requests) in %.2f s: %s",
+                result.hours,
+                result.windows,
+                result.requests,
+                result.seconds,
+                ", ".join(result.reasons),
+            )
+        return result
+
+
+def refresh(storage: Storage, *, full: bool = False) -> RefreshResult:
+    """One refresh with a fresh Refresher (tests, benchmarks, the CLI)."""
+    return Refresher(storage).refresh(full=full, trigger="manual")

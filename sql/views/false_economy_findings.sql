@@ -1,0 +1,208 @@
+-- one row per finding: scope (route or workflow) x week in which cost per request (or per 1M
+-- tokens) fell while cost per accepted outcome rose, against the week before
+-- kind 'model_route': the route's (workflow's) main model changed between the two weeks;
+-- 'week_over_week': same model, something else changed (price, deployment, prompt, traffic).
+-- A route-level finding hides the workflow-level one of the same workflow and week.
+-- Cost per accepted outcome here counts decided tasks only (pending ones are left out on both
+-- sides, so a week whose tasks are still in review does not look dear). See
+-- docs/unit-economics.md ("False economy").
+with thresholds as (
+    select
+        -- decided tasks each week needs on both sides: fewer is noise, not a finding
+        20 as min_decided_tasks,
+        -- cost per request (or per 1M tokens) must fall by at least this fraction ...
+        0.10 as min_unit_cost_drop,
+        -- ... while cost per accepted outcome rises by at least this fraction (or no task of
+        -- the later week was accepted at all)
+        0.10 as min_outcome_cost_rise
+),
+
+tasks as (
+    select * from task_outcomes
+),
+
+scoped as (
+    select 'route' as scope, workflow, app, route, * exclude (workflow, app, route)
+    from tasks
+    union all by name
+    select 'workflow' as scope, workflow, null as app, null as route,
+        * exclude (workflow, app, route)
+    from tasks
+    where workflow is not null
+),
+
+weekly as (
+    select
+        scope, workflow, app, route, week,
+        count(*) as tasks,
+        count(*) filter (where decided) as decided,
+        count(*) filter (where is_accepted) as accepted,
+        coalesce(sum(total_cost) filter (where decided), 0) as decided_cost,
+        sum(llm_cost) as llm_cost,
+        cast(sum(llm_calls) as bigint) as llm_calls,
+        cast(sum(tokens) as bigint) as tokens
+    from scoped
+    group by scope, workflow, app, route, week
+),
+
+main_models as (
+    -- the model that ended most of the scope's tasks that week (ties: the first by name)
+    select scope, workflow, app, route, week, final_model as model
+    from scoped
+    where final_model is not null
+    group by scope, workflow, app, route, week, final_model
+    qualify row_number() over (
+        partition by scope, workflow, app, route, week order by count(*) desc, final_model
+    ) = 1
+),
+
+measured as (
+    select
+        w.*,
+        m.model,
+        w.llm_cost / nullif(w.llm_calls, 0) as cost_per_request,
+        w.llm_cost * 1e6 / nullif(w.tokens, 0) as cost_per_1m_tokens,
+        w.decided_cost / nullif(w.accepted, 0) as cost_per_accepted,
+        w.accepted / nullif(w.decided, 0) as accepted_rate
+    from weekly as w
+    left join main_models as m
+        on
+            m.scope = w.scope and m.week = w.week
+            and m.workflow is not distinct from w.workflow
+            and m.app is not distinct from w.app
+            and m.route is not distinct from w.route
+),
+
+pairs as (
+    select
+        a.scope, a.workflow, a.app, a.route,
+        b.week, a.week as week_before,
+        a.model as model_before, b.model as model_after,
+        a.tasks as tasks_before, b.tasks as tasks_after,
+        a.decided as decided_before, b.decided as decided_after,
+        a.accepted as accepted_before, b.accepted as accepted_after,
+        a.accepted_rate as accepted_rate_before, b.accepted_rate as accepted_rate_after,
+        a.cost_per_request as cost_per_request_before,
+        b.cost_per_request as cost_per_request_after,
+        a.cost_per_1m_tokens as cost_per_1m_tokens_before,
+        b.cost_per_1m_tokens as cost_per_1m_tokens_after,
+        a.cost_per_accepted as cost_per_accepted_before,
+        b.cost_per_accepted as cost_per_accepted_after,
+        100 * (b.cost_per_request / nullif(a.cost_per_request, 0) - 1)
+            as cost_per_request_change_pct,
+        100 * (b.cost_per_1m_tokens / nullif(a.cost_per_1m_tokens, 0) - 1)
+            as cost_per_1m_tokens_change_pct,
+        100 * (b.cost_per_accepted / nullif(a.cost_per_accepted, 0) - 1)
+            as cost_per_accepted_change_pct
+    from measured as a
+    inner join measured as b
+        on
+            b.scope = a.scope and b.week = a.week + 7
+            and b.workflow is not distinct from a.workflow
+            and b.app is not distinct from a.app
+            and b.route is not distinct from a.route
+),
+
+findings as (
+    select
+        p.*,
+        coalesce(p.cost_per_request_change_pct <= -100 * t.min_unit_cost_drop, false)
+            as request_cheaper
+    from pairs as p
+    cross join thresholds as t
+    where
+        p.decided_before >= t.min_decided_tasks
+        and p.decided_after >= t.min_decided_tasks
+        and p.accepted_before > 0
+        and (
+            p.cost_per_request_change_pct <= -100 * t.min_unit_cost_drop
+            or p.cost_per_1m_tokens_change_pct <= -100 * t.min_unit_cost_drop
+        )
+        and (
+            p.accepted_after = 0
+            or p.cost_per_accepted_change_pct >= 100 * t.min_outcome_cost_rise
+        )
+),
+
+kept as (
+    -- a workflow-level finding only where none of its routes has one that week
+    select f.*
+    from findings as f
+    where
+        f.scope = 'route'
+        or not exists (
+            select 1 from findings as r
+            where r.scope = 'route' and r.workflow = f.workflow and r.week = f.week
+        )
+),
+
+final as (
+    select
+        case
+            when model_before is distinct from model_after then 'model_route'
+            else 'week_over_week'
+        end as kind,
+        scope,
+        workflow,
+        app,
+        route,
+        week,
+        week_before,
+        model_before,
+        model_after,
+        tasks_before,
+        tasks_after,
+        decided_before,
+        decided_after,
+        accepted_before,
+        accepted_after,
+        accepted_rate_before,
+        accepted_rate_after,
+        cost_per_request_before,
+        cost_per_request_after,
+        cost_per_request_change_pct,
+        cost_per_1m_tokens_before,
+        cost_per_1m_tokens_after,
+        cost_per_1m_tokens_change_pct,
+        cost_per_accepted_before,
+        cost_per_accepted_after,
+        cost_per_accepted_change_pct,
+        concat(
+            case
+                when scope = 'route'
+                    then concat(
+                        'Route ', coalesce(route, '(none)'),
+                        ' (workflow ', coalesce(workflow, '(none)'),
+                        ', app ', coalesce(app, '(none)'), ')'
+                    )
+                else concat('Workflow ', workflow)
+            end,
+            ', week of ', strftime(week, '%Y-%m-%d'), ': ',
+            case
+                when model_before is distinct from model_after
+                    then concat(
+                        'moving from ', coalesce(model_before, '(none)'), ' to ',
+                        coalesce(model_after, '(none)'), ' cut '
+                    )
+                else 'a change on the same model cut '
+            end,
+            case
+                when request_cheaper
+                    then printf('cost per request by %.1f%%', -cost_per_request_change_pct)
+                else printf('cost per 1M tokens by %.1f%%', -cost_per_1m_tokens_change_pct)
+            end,
+            case
+                when accepted_after = 0 then ' but no task was accepted'
+                else printf(
+                    ' but cost per accepted outcome rose by %.1f%%', cost_per_accepted_change_pct
+                )
+            end,
+            printf(
+                ' (acceptance %.1f%% -> %.1f%%).',
+                100 * accepted_rate_before, 100 * accepted_rate_after
+            )
+        ) as explanation
+    from kept
+)
+
+select * from final
