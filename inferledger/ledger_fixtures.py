@@ -277,3 +277,33 @@ def store_scrapes(
         text = "this is not exposition text {\n" if t in down else vllm_page(model)
         scraper.ingest_text(target, text, "text/plain; version=0.0.4", ts)
     scraper.close()
+
+
+def worked_example(storage: Storage, base_ns: int) -> None:
+    """docs/cost-model.md's worked example, `base_ns` being its second 0: one replica `r0` of
+    deployment `dep` (1 x H200 at $3.60/GPU-hour) up for 100 s; request A (app a1) prefills
+    1,000 tokens in [10, 12) and decodes 19 tokens until 30; request B (app a2) prefills 100
+    tokens in [20, 21) and decodes 20 tokens until 40. Both on route /r of team t."""
+    from models.deployments import Deployment, sync_configured
+    from models.price_book import set_price
+
+    set_price(storage, "gpu", "H200", "gpu_hour", 3.60, "2026-01-01", changed_by="fixture",
+              source="cli")  # fmt: skip
+    sync_configured(storage, [Deployment("dep", model="m", gpu_type="H200", gpus_per_replica=1)])
+    store_scrapes(storage, "r0", "dep", base_ns, [10 * i for i in range(10)])
+    spans = SpanSet(base_ns)
+    for app, start, ttft, end, prompt, completion in (
+        ("a1", 10, 2, 30, 1000, 19),
+        ("a2", 20, 1, 40, 100, 20),
+    ):
+        trace = spans.new_trace()
+        root = spans.root(trace, start - 0.5, end + 0.5, app=app, route="/r", team="t")
+        call = spans.llm_call(
+            trace, root, start - 0.1, end + 0.1, model="m", input_tokens=prompt,
+            output_tokens=completion,
+        )  # fmt: skip
+        spans.engine(
+            trace, call, start, end, replica="r0", queue_s=0.0, ttft_s=ttft,
+            prompt_tokens=prompt, completion_tokens=completion,
+        )  # fmt: skip
+    spans.store(storage)

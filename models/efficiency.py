@@ -132,7 +132,11 @@ def dirty_cache_hours(
                 epoch_us(ts) // 3600000000,
                 (epoch_us(ts) - 1) // 3600000000,
                 (epoch_us(ts) + $gap_us - 1) // 3600000000,
-                epoch_us(prev_ts) // 3600000000,
+                -- prev's own hour changes only if prev's coverage ended before this scrape
+                -- (its old end was one median interval after it): with a regular cadence it
+                -- ended exactly here, so a long step (> 60 s) is the only case to recompute
+                case when epoch_us(ts) - epoch_us(prev_ts) > 60000000
+                    then epoch_us(prev_ts) // 3600000000 end,
                 (epoch_us(prev_ts) + $gap_us - 1) // 3600000000,
                 (epoch_us(next_ts) - 1) // 3600000000
             ]) as hour_n

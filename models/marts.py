@@ -53,7 +53,8 @@ class RefreshResult:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    hours: tuple[int, ...]  # hour starts, Unix ns, sorted
+    hours: tuple[int, ...]  # hour starts, Unix ns, sorted: every mart recomputed
+    cache_hours: tuple[int, ...]  # only the scrape-side efficiency marts recomputed
     reasons: tuple[str, ...]
     marks: dict[str, Any]
     outcomes_since: datetime | None
@@ -102,9 +103,10 @@ def _received_mark(cur: duckdb.DuckDBPyConnection, table: str) -> datetime | Non
     return mark
 
 
-def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool) -> _Plan:
+def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int) -> _Plan:
     state = _state(cur)
     hours: set[int] = set()
+    cache_hours: set[int] = set()
     reasons: list[str] = []
     marks: dict[str, Any] = {}
 
@@ -131,12 +133,39 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool) -> _Plan:
     scrapes_mark = None if full else state.get("scrapes_received", (None, None))[0]
     new_scrapes_mark = _received_mark(cur, "scrapes")
     if new_scrapes_mark is not None:
-        # A scrape changes its own hour, the up time it covers (into the next hour, at most
-        # the gap) and its neighbours' counter increases: efficiency.dirty_cache_hours knows.
-        touched = dirty_cache_hours(cur, scrapes_mark)
-        if touched:
-            hours.update(epoch_ns(h) for h in touched)
-            reasons.append(f"scrapes ({len(touched)} h)")
+        # Allocation: a vLLM scrape changes the up time of its own hour and, at most the gap
+        # later, the next; and its predecessor's coverage when it ends a long silence.
+        rows = cur.execute(
+            """
+            with fresh as (
+                select target, ts from scrapes
+                where kind = 'vllm' and ($m::timestamptz is null or received_at > $m)
+            ),
+            with_prev as (
+                select f.target, f.ts, p.ts as prev_ts
+                from fresh as f
+                asof left join scrapes as p on p.target = f.target and p.ts < f.ts
+            )
+            select distinct h from (
+                select unnest([
+                    epoch_ns(ts) // $H,
+                    (epoch_ns(ts) + $gap - 1) // $H,
+                    case when epoch_ns(ts) - epoch_ns(prev_ts) > $gap
+                        then epoch_ns(prev_ts) // $H end
+                ]) as h
+                from with_prev
+            )
+            where h is not null
+            """,
+            {"m": scrapes_mark, "H": HOUR_NS, "gap": max_scrape_gap_ns},
+        ).fetchall()
+        hours.update(int(h) * HOUR_NS for (h,) in rows)
+        # Cache, KV and GPU marts: efficiency.dirty_cache_hours knows what a scrape changes
+        # there (counter increases end in the hour *before* a scrape exactly on the hour).
+        touched = {epoch_ns(h) for h in dirty_cache_hours(cur, scrapes_mark)}
+        if touched or rows:
+            reasons.append(f"scrapes ({len(rows)} h)")
+        cache_hours.update(touched)
         marks["scrapes_received"] = (new_scrapes_mark, None)
 
     last_change = state.get("price_change", (None, 0))[1] or 0
@@ -192,7 +221,13 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool) -> _Plan:
 
     if full:
         reasons.insert(0, "full rebuild")
-    return _Plan(tuple(sorted(hours)), tuple(reasons), marks, outcomes_since)
+    return _Plan(
+        tuple(sorted(hours)),
+        tuple(sorted(cache_hours - hours)),
+        tuple(reasons),
+        marks,
+        outcomes_since,
+    )
 
 
 def windows(hours: Sequence[int], max_hours: int) -> list[tuple[int, int]]:
@@ -294,7 +329,9 @@ class Refresher:
         started = time.perf_counter()
         started_at = datetime.now().astimezone()
         learn_replicas(self.storage, since=None if full else self._new_scrapes_since())
-        plan = self.storage.write(lambda cur: _plan(cur, full=full))
+        plan = self.storage.write(
+            lambda cur: _plan(cur, full=full, max_scrape_gap_ns=self.max_scrape_gap_ns)
+        )
         total_requests = 0
         runs = windows(plan.hours, self.max_window_hours)
         for h0, h1 in runs:
@@ -306,6 +343,12 @@ class Refresher:
                 return result.requests
 
             total_requests += self.storage.write(op)
+        if plan.cache_hours:
+            cache_hours = [
+                datetime.fromtimestamp(h // 1_000_000_000, UTC) for h in plan.cache_hours
+            ]
+            gap_s = self.max_scrape_gap_ns / 1e9
+            self.storage.write(lambda cur: refresh_cache_hours(cur, cache_hours, max_gap_s=gap_s))
 
         def finish(cur: duckdb.DuckDBPyConnection) -> None:
             if plan.marks.get("outcomes_received") is not None:

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from inferledger.ledger_fixtures import S, SpanSet, store_scrapes
+from inferledger.ledger_fixtures import S, SpanSet, store_scrapes, worked_example
 from models.allocation import HOUR_NS
 from models.deployments import Deployment, IdlePolicy, set_idle_policy, sync_configured
 from models.marts import Refresher, refresh, windows
@@ -55,30 +55,9 @@ def spend(storage, policy: str, by: str = "stage") -> dict:
     return {k: v for k, v in rows}
 
 
-def two_overlapping(storage, base_s: float = 100.0) -> None:
-    """The worked example: one replica, 1 GPU at $3.60/h, up 100 s; request A (app a1) prefills
-    1,000 tokens in [10, 12) and decodes 19 tokens until 30; request B (app a2) arrives at 20,
-    prefills 100 tokens in [20, 21) and decodes 20 tokens until 40."""
-    price(storage, "gpu", "H200", "gpu_hour", 3.60)
-    fleet(storage, Deployment("dep", model="m", gpu_type="H200", gpus_per_replica=1))
-    base_ns = HOUR0 + round(base_s * S)
-    store_scrapes(storage, "r0", "dep", base_ns, [10 * i for i in range(10)])
-    spans = SpanSet(base_ns)
-    for app, start, ttft, end, prompt, completion in (
-        ("a1", 10, 2, 30, 1000, 19),
-        ("a2", 20, 1, 40, 100, 20),
-    ):
-        trace = spans.new_trace()
-        root = spans.root(trace, start - 0.5, end + 0.5, app=app, route="/r", team="t")
-        call = spans.llm_call(
-            trace, root, start - 0.1, end + 0.1, model="m", input_tokens=prompt,
-            output_tokens=completion,
-        )  # fmt: skip
-        spans.engine(
-            trace, call, start, end, replica="r0", queue_s=0.0, ttft_s=ttft,
-            prompt_tokens=prompt, completion_tokens=completion,
-        )  # fmt: skip
-    spans.store(storage)
+def two_overlapping(storage) -> None:
+    """The worked example (inferledger.ledger_fixtures.worked_example), 100 s into an hour."""
+    worked_example(storage, HOUR0 + 100 * S)
 
 
 def test_worked_example_two_overlapping_requests(storage):

@@ -3,15 +3,14 @@
 -- w_pieces_shared are still there). Definitions: docs/cost-model.md.
 
 -- step: w_roots
--- one row per trace with a root span in reach: the attributes a trace's other spans inherit
+-- one row per trace with a root span overlapping the window (a retrieval or tool call in the
+-- window lies inside its root, so the root is in w_spans): what its other spans inherit
 create or replace temp table w_roots as
 select
     trace_id, environment, app, team, route, workflow,
     coalesce(task_id, 'trace:' || trace_id) as task_key
-from stg_spans
-where
-    start_ns >= $h0_ns - $lookback_ns and start_ns < $h1_ns + $lookback_ns
-    and parent_span_id is null
+from w_spans
+where parent_span_id is null and not is_engine
 qualify row_number() over (partition by trace_id order by start_ns, span_id) = 1;
 
 -- step: w_service_calls
@@ -137,20 +136,28 @@ insert into mart_service_hours by name
 select hour, service, stage, cost, calls, unattributed from w_service_hours;
 
 -- step: w_reviews
--- one row per task with review time whose last span ends in the window
+-- one row per task with review time whose last root span ends in the window: the review is
+-- reported in that hour, priced at the reviewer's rate then
 create or replace temp table w_reviews as
-with task_spans as (
+with roots as (
+    -- root spans ending in the window (the final attempt's root carries the review seconds)
     select
-        s.trace_id, s.start_ns, s.end_ns, s.parent_span_id, s.review_s,
-        coalesce(s.environment, r.environment) as environment,
-        coalesce(s.app, r.app) as app,
-        coalesce(s.team, r.team) as team,
-        coalesce(s.route, r.route) as route,
-        coalesce(s.workflow, r.workflow) as workflow,
-        coalesce(s.task_id, r.task_key, 'trace:' || s.trace_id) as task_key
-    from stg_spans as s
-    left join w_roots as r on r.trace_id = s.trace_id
-    where s.start_ns >= $h0_ns - $lookback_ns and s.start_ns < $h1_ns + $lookback_ns
+        coalesce(task_id, 'trace:' || trace_id) as task_key,
+        trace_id, start_ns, end_ns, review_s, environment, app, team, route, workflow
+    from w_spans
+    where
+        parent_span_id is null and not is_engine
+        and end_ns >= $h0_ns and end_ns < $h1_ns
+),
+
+later as (
+    -- the same tasks' roots that end after the window: their review belongs to a later hour
+    select distinct s.task_id as task_key
+    from spans as s
+    where
+        s.start_ns >= $h0_ns - $lookback_ns and s.start_ns < $h1_ns + $lookback_ns
+        and s.end_ns >= $h1_ns and s.parent_span_id is null and s.task_id is not null
+        and s.task_id in (select task_key from roots)
 ),
 
 tasks as (
@@ -158,12 +165,13 @@ tasks as (
         task_key,
         max(end_ns) as end_ns,
         max(review_s) as span_review_s,
-        arg_max(environment, start_ns) filter (where parent_span_id is null) as environment,
-        arg_max(app, start_ns) filter (where parent_span_id is null) as app,
-        arg_max(team, start_ns) filter (where parent_span_id is null) as team,
-        arg_max(route, start_ns) filter (where parent_span_id is null) as route,
-        arg_max(workflow, start_ns) filter (where parent_span_id is null) as workflow
-    from task_spans
+        arg_max(environment, end_ns) as environment,
+        arg_max(app, end_ns) as app,
+        arg_max(team, end_ns) as team,
+        arg_max(route, end_ns) as route,
+        arg_max(workflow, end_ns) as workflow
+    from roots
+    where task_key not in (select task_key from later)
     group by task_key
 ),
 
@@ -174,7 +182,6 @@ decided as (
         d.reviewer
     from tasks as t
     left join task_outcome_decisions as d on d.task_key = t.task_key
-    where t.end_ns >= $h0_ns and t.end_ns < $h1_ns
 ),
 
 reviewed as (

@@ -9,7 +9,7 @@
 -- under the `separate` idle policy (the idle_* columns are the task's idle shares under the
 -- other policies). Every cost column is a sum of the task's rows in the three cost marts.
 CREATE TABLE mart_tasks (
-    task_key            VARCHAR PRIMARY KEY,
+    task_key            VARCHAR NOT NULL,   -- unique by construction; no index (0006's note)
     environment         VARCHAR,
     app                 VARCHAR,
     team                VARCHAR,

@@ -1,0 +1,23 @@
+-- one row per workflow x route: tasks by outcome, cost per accepted outcome, waste, retry,
+-- fallback and review shares for tasks that started in [$start, $end)
+select
+    workflow, route,
+    sum(tasks) as tasks,
+    sum(accepted) as accepted,
+    sum(corrected) as corrected,
+    sum(rejected) as rejected,
+    sum(failed) as failed,
+    sum(pending) as pending,
+    sum(total_cost) as total_cost,
+    sum(total_cost) / nullif(sum(accepted) + sum(corrected), 0) as cost_per_accepted,
+    sum(waste_cost) as waste_cost,
+    sum(retry_cost) / nullif(sum(total_cost), 0) as retry_share,
+    sum(fallback_cost) / nullif(sum(total_cost), 0) as fallback_share,
+    sum(review_cost) / nullif(sum(total_cost), 0) as review_share
+from outcome_economics
+where
+    day >= $start and day < $end
+    and ($app is null or app = $app)
+    and ($route is null or route = $route)
+group by all
+order by total_cost desc
