@@ -41,7 +41,9 @@ def test_every_view_of_spend_agrees(ledger, policy):
         over_time = run(ledger, "spend_over_time", f, dim=dim, bucket="hour")
         assert total(over_time) == pytest.approx(kpis["cost"]), dim
     assert total(run(ledger, "spend_hierarchy", f)) == pytest.approx(kpis["cost"])
-    assert total(ledger.query_arrow("select total from spend_totals"), "total") == pytest.approx(0.1)
+    assert total(ledger.query_arrow("select total from spend_totals"), "total") == pytest.approx(
+        0.1
+    )
 
 
 def test_idle_is_its_own_key_under_separate(ledger):
