@@ -29,3 +29,15 @@ def current() -> AppContext:
 
 def storage() -> Storage:
     return current().storage
+
+
+def allowed(page: dict) -> bool:
+    """Whether the signed-in user may open a page (its `min_role`); sign-in lands in app/auth.py."""
+    return True
+
+
+def user_badge():
+    """The signed-in user and a sign-out link (app/auth.py); nothing while sign-in is off."""
+    from dash import html
+
+    return html.Span(className="user-badge")

@@ -5,10 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import dash
-from dash import dcc, html
 
+from app import shell
 from app.context import EXTENSION_KEY, AppContext
-from inferledger import __version__
 from inferledger.settings import Settings
 from inferledger.storage import Storage
 
@@ -35,25 +34,6 @@ def create_app(settings: Settings, storage: Storage) -> dash.Dash:
         suppress_callback_exceptions=False,
     )
     app.server.extensions[EXTENSION_KEY] = AppContext(storage=storage, settings=settings)
-    app.layout = html.Div(
-        [
-            html.Header(
-                [
-                    html.A("InferLedger", href="/", className="brand"),
-                    html.Nav(
-                        [
-                            dcc.Link(page["name"], href=page["relative_path"], className="nav-link")
-                            for page in dash.page_registry.values()
-                        ],
-                        className="nav",
-                        **{"aria-label": "Main"},
-                    ),
-                    html.Span(f"v{__version__}", className="version"),
-                ],
-                className="topbar",
-            ),
-            html.Main(dash.page_container, className="content"),
-        ],
-        className="shell",
-    )
+    app.layout = shell.layout
+    shell.register_callbacks()
     return app

@@ -15,7 +15,6 @@ answer is 200. This module knows nothing of Flask; inferledger/server.py adapts 
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
@@ -40,6 +39,7 @@ from inferledger.errors import (
     UnsupportedMediaTypeError,
 )
 from inferledger.service_metrics import ServiceMetrics
+from ingest.ingest_keys import check_ingest_key
 from ingest.otlp_decode import DecodedTraces, json_to_protobuf
 from ingest.span_ingestor import SpanIngestor
 from ingest.span_writer import decode_for_storage
@@ -208,25 +208,11 @@ class TraceReceiver:
         return self._success(decoded, fmt)
 
     def _authenticate(self, headers: Mapping[str, str]) -> None:
-        if not self._keys:
-            return
-        given = headers.get("X-InferLedger-Key")
-        auth = headers.get("Authorization") or ""
-        if given is None and auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
-        if given is None:
+        try:
+            check_ingest_key(headers, self._keys)
+        except UnauthorizedError:
             self._metrics.spans_rejected.labels("unauthorized").inc()
-            raise UnauthorizedError(
-                "missing ingest key: send 'Authorization: Bearer <key>' or 'X-InferLedger-Key'"
-            )
-        candidate = given.encode()
-        # Compare against every key (no early exit) so timing does not reveal which matched.
-        ok = False
-        for key in self._keys:
-            ok |= hmac.compare_digest(candidate, key)
-        if not ok:
-            self._metrics.spans_rejected.labels("unauthorized").inc()
-            raise UnauthorizedError("invalid ingest key")
+            raise
 
     # ------------------------------------------------------------------ answers
     def _success(self, decoded: DecodedTraces, fmt: str) -> Response:

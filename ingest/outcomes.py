@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import hmac
 import json
 import logging
 import math
@@ -39,11 +38,11 @@ from inferledger.errors import (
     InferLedgerError,
     QueueFullError,
     StorageError,
-    UnauthorizedError,
     UnsupportedMediaTypeError,
 )
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.storage import Storage
+from ingest.ingest_keys import check_ingest_key
 from ingest.otlp_receiver import (
     MethodNotAllowedError,
     Response,
@@ -679,23 +678,7 @@ class OutcomeReceiver:
         return Response(200, json.dumps(body_out).encode(), JSON)
 
     def _authenticate(self, headers: Mapping[str, str]) -> None:
-        # The same keys and messages as TraceReceiver._authenticate (ingest/otlp_receiver.py).
-        if not self._keys:
-            return
-        given = headers.get("X-InferLedger-Key")
-        auth = headers.get("Authorization") or ""
-        if given is None and auth[:7].lower() == "bearer ":
-            given = auth[7:].strip()
-        if given is None:
-            raise UnauthorizedError(
-                "missing ingest key: send 'Authorization: Bearer <key>' or 'X-InferLedger-Key'"
-            )
-        candidate = given.encode()
-        ok = False
-        for key in self._keys:  # no early exit: timing must not reveal which key matched
-            ok |= hmac.compare_digest(candidate, key)
-        if not ok:
-            raise UnauthorizedError("invalid ingest key")
+        check_ingest_key(headers, self._keys)  # the same keys and answers as /v1/traces
 
     def _error(self, exc: InferLedgerError) -> Response:
         status = exc.http_status

@@ -166,9 +166,8 @@ def live_factory(tmp_path: Path) -> Iterator:
 
     def make(**overrides: object) -> LiveService:
         port = free_port()
-        settings = load_settings(env={}).replace(
-            db=str(tmp_path / f"live-{len(made)}.duckdb"), port=port, **overrides
-        )
+        values = {"db": str(tmp_path / f"live-{len(made)}.duckdb"), **overrides}
+        settings = load_settings(env={}).replace(port=port, **values)
         svc = Service(settings).start()
         thread = threading.Thread(
             target=svc.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
@@ -233,3 +232,39 @@ def page(browser):
     yield pg
     context.close()
     assert errors == [], f"browser console errors: {errors}"
+
+
+@pytest.fixture(scope="session")
+def demo_ledger(tmp_path_factory) -> Path:
+    """A real demo database (2.4 h of the demo's traffic at half rate, through the real ingest
+    path), with its cost ledger computed: what the UI tests browse. Built once per session;
+    use `ledger_server` for a server on a private copy."""
+    import io
+
+    from inferledger.demo import Demo, DemoOptions
+    from models.marts import Refresher
+
+    db = tmp_path_factory.mktemp("demo-ledger") / "demo.duckdb"
+    demo = Demo(
+        DemoOptions(db=db, port=free_port(), days=0.1, rate_scale=0.5, seed=3),
+        out=io.StringIO(),
+        err=io.StringIO(),
+    )
+    demo.start()
+    try:
+        assert demo.wait_history(600), demo.failed
+    finally:
+        demo.stop()
+    with Storage(db, read_timeout_s=120) as storage:
+        Refresher(storage).refresh(full=True)
+    return db
+
+
+@pytest.fixture
+def ledger_server(demo_ledger: Path, live_factory, tmp_path: Path) -> LiveService:
+    """An in-process server on a private copy of the demo ledger database."""
+    import shutil
+
+    copy = tmp_path / "ledger.duckdb"
+    shutil.copy(demo_ledger, copy)
+    return live_factory(db=str(copy))

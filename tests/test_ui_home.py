@@ -29,6 +29,8 @@ def test_home_shows_ingest_status(live, page) -> None:
     stats = page.locator(".stat-value").all_inner_texts()
     assert stats[0] == "42" and stats[1] == "42" and stats[2] == "1"
     assert page.locator("table td").first.inner_text() == "vllm"
-    # keyboard: the brand link is reachable with Tab
+    # keyboard: a skip link first, then the brand link
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "InferLedger"

@@ -8,14 +8,7 @@ select
     stage,
     sum(cost) as cost,
     sum(requests) as requests
-from spend_hourly
-where
-    idle_policy = $policy and hour >= $start and hour < $end
-    and ($environment is null or environment = $environment)
-    and ($team is null or team = $team)
-    and ($app is null or app = $app)
-    and ($route is null or route = $route)
-    and ($model is null or model = $model)
+from spend_filtered($start, $end, $policy, $environment, $team, $app, $route, $model)
 group by all
 having sum(cost) <> 0 or sum(requests) <> 0
 order by cost desc

@@ -6,11 +6,4 @@ select
     coalesce(sum(requests), 0) as requests,
     coalesce(sum(input_tokens), 0) as input_tokens,
     coalesce(sum(output_tokens), 0) as output_tokens
-from spend_hourly
-where
-    idle_policy = $policy and hour >= $start and hour < $end
-    and ($environment is null or environment = $environment)
-    and ($team is null or team = $team)
-    and ($app is null or app = $app)
-    and ($route is null or route = $route)
-    and ($model is null or model = $model)
+from spend_filtered($start, $end, $policy, $environment, $team, $app, $route, $model)

@@ -18,14 +18,9 @@ with periods as (
         hour >= $start as current,
         cost,
         requests
-    from spend_hourly
-    where
-        idle_policy = $policy and hour >= $start - ($end - $start) and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+    from spend_filtered(
+        $start - ($end - $start), $end, $policy, $environment, $team, $app, $route, $model
+    )
 ),
 
 sums as (

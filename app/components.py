@@ -1,0 +1,223 @@
+"""Building blocks every page uses: namespaced ids, a chart card (loading indicator, empty
+state that says why, CSV download of exactly the plotted numbers), stat tiles, money format.
+
+`chart(...)` lays out a card and registers its two callbacks: the URL's filters -> the data
+function -> the figure (or an empty state that says why); and the CSV button -> the same data
+function -> the file. The browser never holds the data; the CSV is re-queried on the server
+from the same function, so it always matches the chart.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import plotly.graph_objects as go
+from dash import Input, Output, State, callback, dcc, html
+
+from app import context
+from app.filters import filters_from
+from models.ledger_queries import Filters
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+URL_ID = "url"  # the shell's dcc.Location: pages read the filters from its `search`
+
+
+def ids(page: str) -> Callable[[str], str]:
+    """A function making this page's component ids: ids("spend")("by-team") -> "spend-by-team"."""
+
+    def make(name: str) -> str:
+        return f"{page}-{name}"
+
+    return make
+
+
+def money(value: float | None, digits: int = 2) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 1_000_000:
+        return f"${value / 1_000_000:,.2f}M"
+    if abs(value) >= 10_000:
+        return f"${value:,.0f}"
+    return f"${value:,.{digits}f}"
+
+
+def number(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if abs(value) >= 1_000_000:
+        return f"{value / 1_000_000:,.2f}M"
+    if abs(value) >= 10_000:
+        return f"{value / 1_000:,.1f}k"
+    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+
+
+def stat(label: str, value: str, *, hint: str | None = None, id: str | None = None) -> html.Div:
+    children: list[Any] = [
+        html.Div(label, className="stat-label"),
+        html.Div(value, className="stat-value", id=id)
+        if id
+        else html.Div(value, className="stat-value"),
+    ]
+    if hint:
+        children.append(html.Div(hint, className="stat-hint"))
+    return html.Div(children, className="stat")
+
+
+def chart_card(
+    make_id: Callable[[str], str],
+    name: str,
+    title: str,
+    *,
+    height: int = 320,
+    note: str | None = None,
+) -> html.Section:
+    """A titled card: graph (inside a loading indicator), empty-state line, CSV button."""
+    return html.Section(
+        [
+            html.Div(
+                [
+                    html.H2(title, className="card-title"),
+                    html.Button(
+                        "Download CSV",
+                        id=make_id(f"{name}-csv-button"),
+                        className="button small",
+                        title=f"Download the numbers behind '{title}' as CSV",
+                    ),
+                ],
+                className="card-head",
+            ),
+            html.P(note, className="card-note") if note else None,
+            dcc.Loading(
+                [
+                    html.Div(id=make_id(f"{name}-empty"), className="empty-state", role="status"),
+                    dcc.Graph(
+                        id=make_id(name),
+                        config={"displaylogo": False, "responsive": True},
+                        style={"height": f"{height}px"},
+                    ),
+                ],
+                type="dot",
+                delay_show=150,
+            ),
+            dcc.Download(id=make_id(f"{name}-csv")),
+        ],
+        className="card",
+        **{"aria-label": title},
+    )
+
+
+def empty_figure() -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(
+        xaxis={"visible": False},
+        yaxis={"visible": False},
+        margin={"l": 0, "r": 0, "t": 0, "b": 0},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="rgba(0,0,0,0)",
+    )
+    return fig
+
+
+def style(fig: go.Figure, *, money_axis: bool = False, legend: bool = True) -> go.Figure:
+    """The house style: compact margins, readable fonts, money on the y axis when asked."""
+    fig.update_layout(
+        margin={"l": 56, "r": 16, "t": 8, "b": 40},
+        font={"family": "Inter, system-ui, sans-serif", "size": 13, "color": "#1f2933"},
+        paper_bgcolor="rgba(0,0,0,0)",
+        plot_bgcolor="#ffffff",
+        hoverlabel={"font": {"size": 13}},
+        showlegend=legend,
+        legend={"orientation": "h", "y": -0.18},
+    )
+    if money_axis:
+        fig.update_yaxes(tickprefix="$", separatethousands=True)
+    fig.update_xaxes(gridcolor="#e4e7eb")
+    fig.update_yaxes(gridcolor="#e4e7eb")
+    return fig
+
+
+def to_csv(table: pa.Table) -> str:
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(table.column_names)
+    columns = [table.column(c).to_pylist() for c in table.column_names]
+    for row in zip(*columns, strict=True):
+        writer.writerow(["" if v is None else v for v in row])
+    return buf.getvalue()
+
+
+def why_empty(filters: Filters) -> str:
+    """Why a chart has nothing to show, in the user's terms."""
+    storage = context.storage()
+    spans = storage.scalar("select count(*) from (select 1 from spans limit 1)")
+    if not spans:
+        return (
+            "No data yet: nothing has been ingested. Point an OpenTelemetry exporter at "
+            "POST /v1/traces, or run `inferledger demo`."
+        )
+    refreshed = storage.scalar("select count(*) from mart_refresh_log")
+    if not refreshed:
+        return "The cost ledger has not been computed yet: the first refresh runs within a minute."
+    span = storage.fetchall("select min(hour), max(hour) from mart_spend_hourly")[0]
+    where = f"{filters.start:%Y-%m-%d %H:%M} to {filters.end:%Y-%m-%d %H:%M} UTC"
+    active = [
+        f"{k}={v}" for k, v in filters.params().items() if k not in ("start", "end", "policy") and v
+    ]
+    held = (
+        f"; the ledger holds {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M}"
+        if span[0]
+        else ""
+    )
+    also = f" with {', '.join(active)}" if active else ""
+    return f"Nothing in {where}{also}{held}."
+
+
+DataFn = Callable[[Filters], "pa.Table"]
+FigureFn = Callable[["pa.Table", Filters], go.Figure]
+
+
+def chart(
+    make_id: Callable[[str], str],
+    name: str,
+    title: str,
+    data: DataFn,
+    figure: FigureFn,
+    *,
+    height: int = 320,
+    note: str | None = None,
+) -> html.Section:
+    """A chart card and its callbacks (figure from the URL's filters; CSV of the same data)."""
+
+    @callback(
+        Output(make_id(name), "figure"),
+        Output(make_id(f"{name}-empty"), "children"),
+        Input(URL_ID, "search"),
+    )
+    def _draw(search: str | None) -> tuple[go.Figure, str]:
+        filters = filters_from(search)
+        table = data(filters)
+        if table.num_rows == 0:
+            return empty_figure(), why_empty(filters)
+        return figure(table, filters), ""
+
+    @callback(
+        Output(make_id(f"{name}-csv"), "data"),
+        Input(make_id(f"{name}-csv-button"), "n_clicks"),
+        State(URL_ID, "search"),
+        prevent_initial_call=True,
+    )
+    def _csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
+        return dcc.send_string(to_csv(data(filters_from(search))), f"inferledger-{name}.csv")
+
+    return chart_card(make_id, name, title, height=height, note=note)

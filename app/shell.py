@@ -1,0 +1,206 @@
+"""The frame around every page: brand, navigation, the global filter bar and its URL state.
+
+The filter bar writes the URL's query string (dcc.Location `url`, no page reload); pages read
+their filters from `url.search`, so every view is a shareable link and reloading it restores
+the same controls (the layout is built per request from the query string).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import flask
+from dash import ALL, Input, Output, State, callback, dcc, html
+
+from app import context
+from app.components import URL_ID
+from app.filters import FILTER_KEYS, PRESETS, UrlState, parse
+from inferledger import __version__
+
+FILTER_ID = "filter"
+_LABELS = {"env": "Environment", "team": "Team", "app": "App", "route": "Route", "model": "Model"}
+_COLUMNS = {"env": "environment", "team": "team", "app": "app", "route": "route", "model": "model"}
+#: Pages that arrive with later issues keep their place in the navigation.
+COMING = (("Budgets & alerts", "/budgets"), ("Capacity planner", "/capacity"))
+
+
+def filter_options() -> dict[str, list[str]]:
+    """Values to offer in each filter: what the spend mart holds (small, aggregated)."""
+    storage = context.storage()
+    out: dict[str, list[str]] = {}
+    for key, column in _COLUMNS.items():
+        rows = storage.fetchall(
+            f"select distinct {column} from mart_spend_hourly where {column} is not null "
+            f"order by 1 limit 500"
+        )
+        out[key] = [r[0] for r in rows]
+    return out
+
+
+def _dropdown(key: str, value: str | None, options: list[str]) -> html.Div:
+    if value and value not in options:
+        options = [value, *options]
+    return html.Div(
+        [
+            html.Label(_LABELS[key], htmlFor=f"{FILTER_ID}-{key}", className="filter-label"),
+            dcc.Dropdown(
+                id=f"{FILTER_ID}-{key}",
+                options=[{"label": o, "value": o} for o in options],
+                value=value,
+                placeholder="All",
+                clearable=True,
+                className="filter-dropdown",
+            ),
+        ],
+        className="filter",
+    )
+
+
+def filter_bar(state: UrlState) -> html.Div:
+    # Dash builds the layout once outside any request to check it: no database then.
+    options = filter_options() if flask.has_request_context() else {k: [] for k in _COLUMNS}
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.Label(
+                        "Time range", htmlFor=f"{FILTER_ID}-range", className="filter-label"
+                    ),
+                    dcc.Dropdown(
+                        id=f"{FILTER_ID}-range",
+                        options=[{"label": v, "value": k} for k, v in PRESETS.items()]
+                        + [{"label": "Custom…", "value": "custom"}],
+                        value=state.range,
+                        clearable=False,
+                        className="filter-dropdown",
+                    ),
+                ],
+                className="filter",
+            ),
+            html.Div(
+                [
+                    html.Label("From – to (UTC)", className="filter-label"),
+                    dcc.DatePickerRange(
+                        id=f"{FILTER_ID}-dates",
+                        start_date=state.start[:10] if state.start else None,
+                        end_date=state.end[:10] if state.end else None,
+                        display_format="YYYY-MM-DD",
+                        minimum_nights=0,
+                        clearable=True,
+                    ),
+                ],
+                className="filter filter-dates",
+            ),
+            *(_dropdown(k, state.values.get(k), options[k]) for k in FILTER_KEYS),
+            html.Div(
+                [
+                    html.Label("Idle cost", htmlFor=f"{FILTER_ID}-idle", className="filter-label"),
+                    dcc.Dropdown(
+                        id=f"{FILTER_ID}-idle",
+                        options=[
+                            {"label": "Per deployment", "value": "configured"},
+                            {"label": "Separate line", "value": "separate"},
+                            {"label": "Shared by usage", "value": "usage"},
+                            {"label": "Shared evenly", "value": "even"},
+                        ],
+                        value=state.policy,
+                        clearable=False,
+                        className="filter-dropdown",
+                    ),
+                ],
+                className="filter",
+            ),
+            html.Div(
+                "; ".join(state.problems),
+                id=f"{FILTER_ID}-problems",
+                className="filter-problems",
+                role="alert",
+            ),
+        ],
+        className="filter-bar",
+        role="search",
+        **{"aria-label": "Filters"},
+    )
+
+
+def nav() -> html.Nav:
+    links = [
+        dcc.Link(
+            page["name"],
+            href=page["relative_path"],
+            id={"type": "nav-link", "path": page["relative_path"]},
+            className="nav-link",
+        )
+        for page in dash.page_registry.values()
+        if page.get("nav", True) and (not flask.has_request_context() or context.allowed(page))
+    ]
+    links += [
+        html.Span(name, className="nav-link nav-soon", title=f"{name}: coming with its own issue")
+        for name, _ in COMING
+    ]
+    return html.Nav(links, className="nav", **{"aria-label": "Main"})
+
+
+def layout() -> html.Div:
+    """Built per request, from the request's query string."""
+    has_request = flask.has_request_context()
+    search = "?" + flask.request.query_string.decode() if has_request else ""
+    state = parse(search)
+    return html.Div(
+        [
+            dcc.Location(id=URL_ID, refresh="callback-nav"),
+            html.A("Skip to content", href="#content", className="skip-link"),
+            html.Header(
+                [
+                    html.A("InferLedger", href="/" + state.query_string(), className="brand"),
+                    nav(),
+                    context.user_badge() if has_request else html.Span(className="user-badge"),
+                    html.Span(f"v{__version__}", className="version"),
+                ],
+                className="topbar",
+            ),
+            filter_bar(state),
+            html.Main(dash.page_container, className="content", id="content"),
+        ],
+        className="shell",
+    )
+
+
+def register_callbacks() -> None:
+    """The shell's callbacks; the factory calls this for every new app (Dash keeps callbacks
+    in a module-level registry that it resets between apps)."""
+
+    @callback(
+        Output(URL_ID, "search"),
+        Input(f"{FILTER_ID}-range", "value"),
+        Input(f"{FILTER_ID}-dates", "start_date"),
+        Input(f"{FILTER_ID}-dates", "end_date"),
+        *(Input(f"{FILTER_ID}-{k}", "value") for k in FILTER_KEYS),
+        Input(f"{FILTER_ID}-idle", "value"),
+        State(URL_ID, "search"),
+        prevent_initial_call=True,
+    )
+    def _write_url(range_: str, start: str | None, end: str | None, *rest: Any) -> str:
+        *values, policy, current = rest
+        if start and end and range_ != "custom" and dash.ctx.triggered_id == f"{FILTER_ID}-dates":
+            range_ = "custom"  # picking dates means a custom range
+        state = UrlState(
+            range=range_,
+            start=start if range_ == "custom" else None,
+            end=end if range_ == "custom" else None,
+            values=dict(zip(FILTER_KEYS, values, strict=True)),
+            policy=policy,
+        )
+        if range_ == "custom" and not (start and end):
+            return current or ""  # wait until both dates are picked
+        return state.query_string()
+
+    @callback(
+        Output({"type": "nav-link", "path": ALL}, "href"),
+        Input(URL_ID, "search"),
+        State({"type": "nav-link", "path": ALL}, "id"),
+    )
+    def _keep_filters_in_links(search: str | None, link_ids: list[dict[str, str]]) -> list[str]:
+        """Navigation keeps the filters: every link carries the current query string."""
+        return [link["path"] + (search or "") for link in link_ids]
