@@ -81,6 +81,7 @@ def chart_card(
     *,
     height: int = 320,
     note: str | None = None,
+    dynamic_note: bool = False,
 ) -> html.Section:
     """A titled card: graph (inside a loading indicator), empty-state line, CSV button."""
     return html.Section(
@@ -97,7 +98,9 @@ def chart_card(
                 ],
                 className="card-head",
             ),
-            html.P(note, className="card-note") if note else None,
+            html.P(note, id=make_id(f"{name}-note"), className="card-note")
+            if note or dynamic_note
+            else None,
             dcc.Loading(
                 [
                     html.Div(id=make_id(f"{name}-empty"), className="empty-state", role="status"),
@@ -196,20 +199,23 @@ def chart(
     *,
     height: int = 320,
     note: str | None = None,
+    note_fn: Callable[[Filters], str] | None = None,
 ) -> html.Section:
-    """A chart card and its callbacks (figure from the URL's filters; CSV of the same data)."""
+    """A chart card and its callbacks (figure from the URL's filters; CSV of the same data).
+    `note_fn`, when given, writes the card's note from the filters (e.g. what it cannot
+    narrow)."""
+    outputs = [Output(make_id(name), "figure"), Output(make_id(f"{name}-empty"), "children")]
+    if note_fn is not None:
+        outputs.append(Output(make_id(f"{name}-note"), "children"))
 
-    @callback(
-        Output(make_id(name), "figure"),
-        Output(make_id(f"{name}-empty"), "children"),
-        Input(URL_ID, "search"),
-    )
-    def _draw(search: str | None) -> tuple[go.Figure, str]:
+    @callback(*outputs, Input(URL_ID, "search"))
+    def _draw(search: str | None) -> tuple[Any, ...]:
         filters = filters_from(search)
         table = data(filters)
+        extra = (note_fn(filters),) if note_fn is not None else ()
         if table.num_rows == 0:
-            return empty_figure(), why_empty(filters)
-        return figure(table, filters), ""
+            return (empty_figure(), why_empty(filters), *extra)
+        return (figure(table, filters), "", *extra)
 
     @callback(
         Output(make_id(f"{name}-csv"), "data"),
@@ -220,4 +226,6 @@ def chart(
     def _csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
         return dcc.send_string(to_csv(data(filters_from(search))), f"inferledger-{name}.csv")
 
-    return chart_card(make_id, name, title, height=height, note=note)
+    return chart_card(
+        make_id, name, title, height=height, note=note, dynamic_note=note_fn is not None
+    )

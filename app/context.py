@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import flask
 
+from app import auth
 from inferledger.settings import Settings
 from inferledger.storage import Storage
 
@@ -32,12 +33,35 @@ def storage() -> Storage:
 
 
 def allowed(page: dict) -> bool:
-    """Whether the signed-in user may open a page (its `min_role`); sign-in lands in app/auth.py."""
-    return True
+    """Whether the signed-in user may open a page: its `min_role` (default viewer) against
+    the user's role (app/auth.py). Everyone may while sign-in is off."""
+    return auth.may_open(page)
+
+
+def current_user():
+    """The signed-in user (models.users.User), or None (nobody, or sign-in is off)."""
+    return auth.current_user()
+
+
+def require_role(role: str):
+    """Raise app.auth.RoleRequiredError (a PermissionError) unless the signed-in user has
+    `role`; callbacks that change something call this first. A no-op while sign-in is off."""
+    return auth.require_role(role)
 
 
 def user_badge():
-    """The signed-in user and a sign-out link (app/auth.py); nothing while sign-in is off."""
+    """The signed-in user, the role, and a sign-out link; nothing while sign-in is off."""
     from dash import html
 
-    return html.Span(className="user-badge")
+    user = current_user()
+    if user is None:
+        return html.Span(className="user-badge")
+    return html.Span(
+        [
+            html.Span(user.name, className="user-name"),
+            html.Span(user.role.value, className="user-role", title="Your role"),
+            html.A("Sign out", href="/logout", className="user-signout"),
+        ],
+        className=f"user-badge role-{user.role.value}",
+        title=f"Signed in as {user.name} ({user.role.value})",
+    )

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import dash
 
-from app import shell
+from app import auth, shell
 from app.context import EXTENSION_KEY, AppContext
 from inferledger.settings import Settings
 from inferledger.storage import Storage
@@ -32,8 +32,11 @@ def create_app(settings: Settings, storage: Storage) -> dash.Dash:
         title="InferLedger",
         update_title=None,
         suppress_callback_exceptions=False,
+        # Dash's MCP endpoint would answer outside the sign-in guard's role checks.
+        enable_mcp=False,
     )
     app.server.extensions[EXTENSION_KEY] = AppContext(storage=storage, settings=settings)
+    auth.install(app, settings, storage)  # sign-in guard, role rules (docs/security.md)
     app.layout = shell.layout
     shell.register_callbacks()
     return app

@@ -8,6 +8,7 @@ the same controls (the layout is built per request from the query string).
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import dash
 import flask
@@ -142,10 +143,18 @@ def nav() -> html.Nav:
     return html.Nav(links, className="nav", **{"aria-label": "Main"})
 
 
+def _page_query() -> str:
+    """The page's query string. Dash fetches the layout from /_dash-layout, whose own query is
+    empty: there it comes from the Referer, the page being loaded."""
+    if flask.request.path.endswith("/_dash-layout"):
+        return urlsplit(flask.request.referrer or "").query
+    return flask.request.query_string.decode()
+
+
 def layout() -> html.Div:
     """Built per request, from the request's query string."""
     has_request = flask.has_request_context()
-    search = "?" + flask.request.query_string.decode() if has_request else ""
+    search = "?" + _page_query() if has_request else ""
     state = parse(search)
     return html.Div(
         [

@@ -11,6 +11,9 @@ from inferledger import __version__
 from inferledger.errors import InferLedgerError, SettingsError
 from inferledger.settings import SETTINGS, load_settings, settings_markdown
 
+#: Settings whose values `inferledger settings` does not print.
+SECRET_SETTINGS = frozenset({"ingest.keys", "auth.session_secret", "auth.oidc_client_secret"})
+
 
 def _add_setting_flags(parser: argparse.ArgumentParser, names: Sequence[str]) -> None:
     parser.add_argument(
@@ -85,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     from inferledger.prices_cli import add_parser as add_prices_parser
 
     add_prices_parser(sub)
+
+    from inferledger.users_cli import add_parser as add_users_parser
+
+    add_users_parser(sub)
     return parser
 
 
@@ -123,7 +130,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             return 0
         loaded = _load(args)
         for setting in SETTINGS:
-            print(f"{setting.name} = {loaded[setting.name]!r}  ({loaded.sources[setting.name]})")
+            value = loaded[setting.name]
+            if setting.name in SECRET_SETTINGS and value:
+                value = "<redacted>"  # keys and secrets never go to a terminal or a log
+            print(f"{setting.name} = {value!r}  ({loaded.sources[setting.name]})")
         return 0
     if args.command == "refresh":
         return _refresh(_load(args), full=args.full)
@@ -164,6 +174,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from inferledger.prices_cli import run as run_prices
 
         return run_prices(args)
+    if args.command == "users":
+        from inferledger.users_cli import run as run_users
+
+        return run_users(args)
     return 1
 
 

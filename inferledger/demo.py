@@ -632,6 +632,7 @@ class Demo:
         # The simulated deployments are configured, as a real one would be (docs/deployments.md).
         settings = settings.replace(deployments=deployments_from_workload(config))
         self.service = Service(settings).start()
+        sign_in = self._demo_admin(settings)
         self._serve()
         self.url = f"http://{opts.host}:{opts.port}"
         self._wait_ready()
@@ -659,9 +660,30 @@ class Demo:
                 if state.regions
                 else "live traffic continues"
             )
+            + sign_in
             + "; Ctrl-C stops"
         )
         return self
+
+    def _demo_admin(self, settings: Any) -> str:
+        """The ready line's sign-in part: a new demo admin's password (printed once, stored
+        only as a hash), or how to reset it."""
+        from models.users import DEMO_ADMIN, ensure_demo_admin, get_user
+
+        if not settings["auth.enabled"]:
+            return ""
+        assert self.service is not None
+        storage = self.service.storage
+        password = ensure_demo_admin(storage)
+        if password is not None:
+            return f"; sign in as {DEMO_ADMIN} with password {password} (shown once)"
+        db = self.options.db
+        if get_user(storage, DEMO_ADMIN) is not None:
+            return (
+                f"; sign in as {DEMO_ADMIN} (the demo admin exists; to reset its password, stop "
+                f"the demo and run `inferledger users passwd {DEMO_ADMIN} --db {db}`)"
+            )
+        return f"; sign in with a user of `inferledger users list --db {db}`"
 
     def _prepare(self, spool: Path, t0: float) -> DemoState:
         """Start, resume, extend or rebuild the demo database; returns its state, saved."""

@@ -120,6 +120,33 @@ def _key_list(raw: Any) -> tuple[str, ...]:
     return keys
 
 
+def _secret(raw: Any) -> str:
+    """A signing key: empty (generate one) or at least 32 characters."""
+    value = _text(raw).strip()
+    if value and len(value) < 32:
+        raise ValueError(f"expected at least 32 characters, got {len(value)}")
+    return value
+
+
+def _issuer(raw: Any) -> str:
+    """An OIDC issuer URL: https, or http on loopback (a provider on the same machine)."""
+    from urllib.parse import urlsplit
+
+    value = _text(raw).strip().rstrip("/")
+    if not value:
+        return ""
+    try:
+        url = urlsplit(value)
+    except ValueError:
+        raise ValueError(f"expected an https:// URL, got {raw!r}") from None
+    local = url.hostname in ("localhost", "127.0.0.1", "::1")
+    if url.scheme != "https" and not (url.scheme == "http" and local):
+        raise ValueError(f"expected an https:// URL (http only for localhost), got {raw!r}")
+    if not url.hostname or url.query or url.fragment:
+        raise ValueError(f"expected an issuer URL without query or fragment, got {raw!r}")
+    return value
+
+
 _TARGET_KINDS = ("vllm", "dcgm", "prometheus")
 
 
@@ -308,6 +335,49 @@ SETTINGS: tuple[Setting, ...] = (
         "A successful scrape of a replica counts as up time until the next scrape, at most "
         "this many seconds after it (Prometheus's staleness period).",
         _int_range(1, 86400),
+    ),
+    Setting(
+        "auth.enabled",
+        True,
+        "Require sign-in for the UI (local users: `inferledger users`; docs/security.md). "
+        "false: anyone who reaches the port uses the UI as an admin. Ingest endpoints keep "
+        "their own keys (ingest.keys) either way.",
+        _parse_bool,
+    ),
+    Setting(
+        "auth.session_secret",
+        "",
+        "Key that signs session cookies, at least 32 characters. Empty: a random key is "
+        "generated once and kept in the database, so sessions survive restarts. Changing it "
+        "signs everyone out.",
+        _secret,
+    ),
+    Setting(
+        "auth.session_hours",
+        12,
+        "Hours a sign-in lasts; then the user signs in again.",
+        _int_range(1, 720),
+    ),
+    Setting(
+        "auth.oidc_issuer",
+        "",
+        "Optional OpenID Connect provider (issuer URL, https; http only for localhost). Set, "
+        "the sign-in page offers 'Sign in with <issuer>' (authorization code flow with PKCE); "
+        "its email claim names the local user, a new one is a viewer.",
+        _issuer,
+    ),
+    Setting(
+        "auth.oidc_client_id",
+        "",
+        "Client id registered at the OIDC provider (required with auth.oidc_issuer); the "
+        "redirect URI to register is <server URL>/login/oidc/callback.",
+        _text,
+    ),
+    Setting(
+        "auth.oidc_client_secret",
+        "",
+        "Client secret from the OIDC provider; empty for a public client (PKCE only).",
+        _text,
     ),
     Setting(
         "log_level",

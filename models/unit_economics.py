@@ -41,6 +41,7 @@ _FILE = "tasks.sql"
 #: statement per island costs more than skipping a short gap.
 MERGE_GAP_NS = HOUR_NS
 _TEMP_TABLES = (
+    "t_hours",
     "t_keys",
     "t_reach",
     "t_islands",
@@ -115,8 +116,12 @@ def _recompute(
     for a, b in _islands(cur, "t_span_islands"):
         _run(cur, "t_spans_fill", {"a_ns": a, "b_ns": b})
     _run(cur, "t_tasks", {})
+    _run(cur, "t_hours_before", {})
     _run(cur, "store_tasks", {})
     _run(cur, "insert_tasks", {})
+    _run(cur, "t_hours_after", {})
+    _run(cur, "store_outcomes_hourly", {})
+    _run(cur, "insert_outcomes_hourly", {})
     (written,) = cur.execute("select count(*) from t_tasks").fetchone() or (0,)
     # Temp tables live as long as the writer's connection: free them. (On an error the
     # transaction rolls back, and they with it.)

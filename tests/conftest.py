@@ -4,6 +4,7 @@ processes on loopback. Nothing of ours is mocked."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -12,11 +13,14 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
 
+from inferledger.browser_pages import CHROMIUM, CHROMIUM_ARGS
 from inferledger.storage import Storage
+from models import users
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -166,7 +170,12 @@ def live_factory(tmp_path: Path) -> Iterator:
 
     def make(**overrides: object) -> LiveService:
         port = free_port()
-        values = {"db": str(tmp_path / f"live-{len(made)}.duckdb"), **overrides}
+        # Sign-in is off unless a test turns it on (auth__enabled=True; tests/test_auth.py).
+        values = {
+            "db": str(tmp_path / f"live-{len(made)}.duckdb"),
+            "auth__enabled": False,
+            **overrides,
+        }
         settings = load_settings(env={}).replace(port=port, **values)
         svc = Service(settings).start()
         thread = threading.Thread(
@@ -194,18 +203,6 @@ def live_factory(tmp_path: Path) -> Iterator:
 @pytest.fixture
 def live(live_factory) -> LiveService:
     return live_factory()
-
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 @pytest.fixture(scope="session")
@@ -268,3 +265,57 @@ def ledger_server(demo_ledger: Path, live_factory, tmp_path: Path) -> LiveServic
     copy = tmp_path / "ledger.duckdb"
     shutil.copy(demo_ledger, copy)
     return live_factory(db=str(copy))
+
+
+# ---------------------------------------------------------------- sign-in (browser tests)
+PASSWORDS = {"ann": "ann-admin-password", "vic": "vic-viewer-pass"}
+
+
+@pytest.fixture
+def secured(live_factory) -> LiveService:
+    live = live_factory(auth__enabled=True)
+    users.add_user(live.service.storage, "ann", "admin", PASSWORDS["ann"], by="test")
+    users.add_user(live.service.storage, "vic", "viewer", PASSWORDS["vic"], by="test")
+    return live
+
+
+class Console:
+    """Console errors of a page; `expect` names the ones a test provokes on purpose."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.expected: list[re.Pattern[str]] = []
+
+    def expect(self, pattern: str) -> None:
+        self.expected.append(re.compile(pattern))
+
+    def unexpected(self) -> list[str]:
+        return [e for e in self.errors if not any(p.search(e) for p in self.expected)]
+
+
+@pytest.fixture
+def tab(browser) -> Iterator[tuple[Any, Console]]:
+    """Like conftest's `page` (1280x800, fails on console errors), but a test may declare an
+    error it provokes: the browser logs a 403 answer as 'Failed to load resource'."""
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    console = Console()
+    page.on("console", lambda m: console.errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda exc: console.errors.append(str(exc)))
+    yield page, console
+    context.close()
+    assert console.unexpected() == [], f"browser console errors: {console.unexpected()}"
+
+
+def sign_in(page: Any, url: str, name: str, password: str, path: str = "/") -> None:
+    page.goto(url + path)
+    page.wait_for_selector("#login-name")
+    page.fill("#login-name", name)
+    page.fill("#login-password", password)
+    page.click("button[type=submit]")
+
+
+def choose(page: Any, dropdown: str, option: str) -> None:
+    """Pick an option of a dcc.Dropdown whose label starts with `option`."""
+    page.click(f"#{dropdown}")
+    page.get_by_role("option", name=re.compile("^" + re.escape(option) + r"\b")).click()

@@ -77,7 +77,7 @@ def test_top_movers_compare_with_the_period_before(ledger):
 
 def test_every_dashboard_query_runs(ledger):
     queries = dashboard_queries(filters())
-    assert {name.split(" ")[0] for name in queries} == set(query_names())
+    assert {name.split(" ")[0] for name in queries} <= set(query_names())
     for name, (sql, params) in queries.items():
         ledger.query_arrow(sql, params)  # binds and runs: no error
         assert name

@@ -105,3 +105,14 @@ def test_every_setting_is_documented() -> None:
     missing = [s.name for s in SETTINGS if f"`{s.name}`" not in doc or s.help not in doc]
     assert not missing, f"settings missing from docs/configuration.md: {missing}"
     assert settings_markdown() in doc, "regenerate: inferledger settings --markdown"
+
+
+def test_settings_command_never_prints_secrets(capsys, monkeypatch):
+    from inferledger.cli import main
+
+    monkeypatch.setenv("INFERLEDGER_INGEST_KEYS", "sup3r-secret-key")
+    monkeypatch.setenv("INFERLEDGER_AUTH_SESSION_SECRET", "an0ther-secret-value-that-is-long")
+    assert main(["settings"]) == 0
+    out = capsys.readouterr().out
+    assert "sup3r-secret-key" not in out and "an0ther-secret" not in out
+    assert "ingest.keys = '<redacted>'" in out

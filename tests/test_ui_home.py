@@ -1,19 +1,26 @@
-"""The UI shell in a real headless Chromium against a real server."""
+"""The Overview on a fresh server: empty states that say why, then the Data panel counting the
+spans as they arrive; the shell's keyboard order. (Home's ingest status moved into the
+Overview's Data panel.)"""
 
 from __future__ import annotations
 
 import pytest
 import requests
+from playwright.sync_api import expect
 
 from inferledger.fixtures import make_export_request
 
 pytestmark = pytest.mark.browser
 
 
-def test_home_shows_ingest_status(live, page) -> None:
+def test_overview_on_an_empty_ledger_then_the_data_panel_counts_spans(live, page) -> None:
     page.goto(live.url + "/")
-    page.wait_for_selector("text=No spans yet")
+    expect(page.locator("#overview-data")).to_contain_text("No spans yet")
     assert page.title() == "InferLedger"
+    expect(page.locator("#overview-trend-empty")).to_contain_text("nothing has been ingested")
+    expect(page.locator("#overview-kpi-spend")).to_have_text("$0.00")
+    assert page.locator("#overview-kpi-forecast").inner_text() == "–"
+    expect(page.locator("#overview-movers")).to_contain_text("nothing has been ingested")
 
     body = make_export_request(42, seed=1).SerializeToString()
     resp = requests.post(
@@ -25,10 +32,9 @@ def test_home_shows_ingest_status(live, page) -> None:
     assert resp.status_code == 200
     assert live.storage.scalar("select count(*) from spans") == 42  # written from the spool
     page.reload()
-    page.wait_for_selector(".stat-value")
-    stats = page.locator(".stat-value").all_inner_texts()
-    assert stats[0] == "42" and stats[1] == "42" and stats[2] == "1"
-    assert page.locator("table td").first.inner_text() == "vllm"
+    expect(page.locator("#overview-data-spans")).to_have_text("42")
+    newest = live.storage.scalar("select max(last_span_at) from ingest_summary")
+    expect(page.locator("#overview-data-newest")).to_have_text(f"{newest:%Y-%m-%d %H:%M:%S} UTC")
     # keyboard: a skip link first, then the brand link
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.textContent") == "Skip to content"

@@ -7,7 +7,7 @@ CREATE OR REPLACE MACRO spend_filtered(
 ) AS TABLE
 select
     hour, environment, app, team, route, workflow, model, deployment, stage,
-    requests, input_tokens, output_tokens,
+    requests, failed_requests, input_tokens, output_tokens,
     case p_policy
         when 'separate' then cost_separate
         when 'usage' then cost_usage

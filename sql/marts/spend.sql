@@ -238,7 +238,7 @@ with req as (
 gpu_pieces as (
     select
         p.hour, r.environment, r.app, r.team, r.route, r.workflow, r.model, p.deployment,
-        p.stage, 0 as requests, 0 as input_tokens, 0 as output_tokens,
+        p.stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         p.cost as c_sep, p.cost as c_use, p.cost as c_even, p.cost as c_conf
     from mart_request_pieces as p
     inner join mart_requests as r on r.trace_id = p.trace_id and r.span_id = p.span_id
@@ -248,7 +248,7 @@ gpu_pieces as (
 idle_shares as (
     select
         p.hour, r.environment, r.app, r.team, r.route, r.workflow, r.model, p.deployment,
-        'idle' as stage, 0 as requests, 0 as input_tokens, 0 as output_tokens,
+        'idle' as stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         0.0 as c_sep, p.idle_usage as c_use, p.idle_even as c_even,
         p.idle_configured as c_conf
     from mart_request_pieces as p
@@ -259,7 +259,7 @@ idle_shares as (
 token_priced as (
     select
         hour, environment, app, team, route, workflow, model, deployment, 'prefill' as stage,
-        0 as requests, 0 as input_tokens, 0 as output_tokens,
+        0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         prefill_cost as c_sep, prefill_cost as c_use, prefill_cost as c_even,
         prefill_cost as c_conf
     from req
@@ -267,7 +267,7 @@ token_priced as (
     union all
     select
         hour, environment, app, team, route, workflow, model, deployment, 'decode' as stage,
-        0 as requests, 0 as input_tokens, 0 as output_tokens,
+        0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         decode_cost as c_sep, decode_cost as c_use, decode_cost as c_even,
         decode_cost as c_conf
     from req
@@ -277,7 +277,8 @@ token_priced as (
 counts as (
     select
         hour, environment, app, team, route, workflow, model, deployment, 'decode' as stage,
-        1 as requests, coalesce(input_tokens, 0) as input_tokens,
+        1 as requests, case when failed then 1 else 0 end as failed_requests,
+        coalesce(input_tokens, 0) as input_tokens,
         coalesce(output_tokens, 0) as output_tokens,
         0.0 as c_sep, 0.0 as c_use, 0.0 as c_even, 0.0 as c_conf
     from req
@@ -286,7 +287,7 @@ counts as (
 services as (
     select
         hour, environment, app, team, route, workflow, null as model, null as deployment,
-        stage, 0 as requests, 0 as input_tokens, 0 as output_tokens,
+        stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         cost as c_sep, cost as c_use, cost as c_even, cost as c_conf
     from mart_service_calls
     where hour in (select hour from w_hours)
@@ -296,7 +297,7 @@ service_idle as (
     select
         hour, null as environment, null as app, null as team, null as route,
         null as workflow, null as model, null as deployment, stage,
-        0 as requests, 0 as input_tokens, 0 as output_tokens,
+        0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         unattributed as c_sep, unattributed as c_use, unattributed as c_even,
         unattributed as c_conf
     from w_service_hours
@@ -306,7 +307,7 @@ service_idle as (
 reviews as (
     select
         hour, environment, app, team, route, workflow, null as model, null as deployment,
-        'review' as stage, 0 as requests, 0 as input_tokens, 0 as output_tokens,
+        'review' as stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         cost as c_sep, cost as c_use, cost as c_even, cost as c_conf
     from mart_reviews
     where hour in (select hour from w_hours)
@@ -333,7 +334,7 @@ idle_left as (
     select
         d.hour, null as environment, null as app, null as team, null as route,
         null as workflow, dm.model, d.deployment, 'idle' as stage,
-        0 as requests, 0 as input_tokens, 0 as output_tokens,
+        0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         d.idle_cost as c_sep,
         case when coalesce(u.usage_cost, 0) > 0 then 0 else d.idle_cost end as c_use,
         case when coalesce(u.pieces, 0) > 0 then 0 else d.idle_cost end as c_even,
@@ -364,6 +365,7 @@ everything as (
 select
     hour, environment, app, team, route, workflow, model, deployment, stage,
     sum(requests) as requests,
+    sum(failed_requests) as failed_requests,
     sum(input_tokens) as input_tokens,
     sum(output_tokens) as output_tokens,
     sum(c_sep) as cost_separate,

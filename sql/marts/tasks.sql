@@ -351,9 +351,66 @@ final as (
 
 select * from final;
 
+-- step: t_hours_before
+-- the hours the recomputed tasks counted in before (a task's first start can move when an
+-- earlier attempt arrives late): their rollup rows are recomputed too
+create or replace temp table t_hours as
+select distinct date_trunc('hour', first_start) as hour
+from mart_tasks semi join t_keys using (task_key);
+
 -- step: store_tasks
 delete from mart_tasks where task_key in (select task_key from t_keys);
 
 -- step: insert_tasks
 insert into mart_tasks by name
 select *, current_timestamp as refreshed_at from t_tasks;
+
+-- step: t_hours_after
+insert into t_hours
+select distinct date_trunc('hour', first_start) as hour from t_tasks
+where date_trunc('hour', first_start) not in (select hour from t_hours);
+
+-- step: store_outcomes_hourly
+delete from mart_outcomes_hourly where hour in (select hour from t_hours);
+
+-- step: insert_outcomes_hourly
+-- the sums behind outcome_economics and the Unit economics page, for every hour a recomputed
+-- task counts in, whole
+insert into mart_outcomes_hourly by name
+select
+    date_trunc('hour', first_start) as hour,
+    workflow, app, route, team, environment, first_model, final_model,
+    count(*) as tasks,
+    count(*) filter (where outcome = 'accepted') as accepted,
+    count(*) filter (where outcome = 'corrected') as corrected,
+    count(*) filter (where outcome = 'rejected') as rejected,
+    count(*) filter (where outcome = 'failed') as failed,
+    count(*) filter (where outcome = 'pending') as pending,
+    count(*) filter (where retried) as retried_tasks,
+    cast(sum(llm_calls) as bigint) as llm_calls,
+    cast(sum(failed_calls) as bigint) as failed_calls,
+    cast(sum(fallback_calls) as bigint) as fallback_calls,
+    cast(sum(unpriced_calls) as bigint) as unpriced_calls,
+    cast(sum(input_tokens) as bigint) as input_tokens,
+    cast(sum(output_tokens) as bigint) as output_tokens,
+    cast(sum(tokens) as bigint) as tokens,
+    sum(review_s) as review_s,
+    sum(llm_cost) as llm_cost,
+    sum(retrieval_cost) as retrieval_cost,
+    sum(tools_cost) as tools_cost,
+    sum(review_cost) as review_cost,
+    sum(total_cost) as total_cost,
+    sum(total_cost_usage) as total_cost_usage,
+    sum(total_cost_even) as total_cost_even,
+    sum(total_cost_configured) as total_cost_configured,
+    sum(retry_cost) as retry_cost,
+    sum(fallback_cost) as fallback_cost,
+    sum(failed_cost) as failed_cost,
+    sum(waste_cost) as waste_cost,
+    coalesce(sum(total_cost) filter (where outcome = 'rejected'), 0) as rejected_cost,
+    coalesce(sum(total_cost) filter (where outcome = 'failed'), 0) as failed_task_cost,
+    coalesce(sum(failed_cost) filter (where outcome not in ('rejected', 'failed')), 0)
+        as failed_call_cost
+from task_outcomes
+where date_trunc('hour', first_start) in (select hour from t_hours)
+group by all;

@@ -2,23 +2,16 @@
 -- Cost per accepted outcome and where the money of each accepted outcome went. Sum the count
 -- and cost columns to roll up; recompute ratios from the sums (models.unit_economics
 -- .cost_per_accepted does, over any grouping). Definitions: docs/unit-economics.md.
-with tasks as (
-    select * from task_outcomes
-),
-
-sums as (
+with sums as (
     select
-        day,
-        workflow,
-        app,
-        route,
-        count(*) as tasks,
-        count(*) filter (where outcome = 'accepted') as accepted,
-        count(*) filter (where outcome = 'corrected') as corrected,
-        count(*) filter (where outcome = 'rejected') as rejected,
-        count(*) filter (where outcome = 'failed') as failed,
-        count(*) filter (where outcome = 'pending') as pending,
-        count(*) filter (where retried) as retried_tasks,
+        cast(timezone('UTC', hour) as date) as day, workflow, app, route,
+        cast(sum(tasks) as bigint) as tasks,
+        cast(sum(accepted) as bigint) as accepted,
+        cast(sum(corrected) as bigint) as corrected,
+        cast(sum(rejected) as bigint) as rejected,
+        cast(sum(failed) as bigint) as failed,
+        cast(sum(pending) as bigint) as pending,
+        cast(sum(retried_tasks) as bigint) as retried_tasks,
         cast(sum(llm_calls) as bigint) as llm_calls,
         cast(sum(failed_calls) as bigint) as failed_calls,
         cast(sum(fallback_calls) as bigint) as fallback_calls,
@@ -39,8 +32,8 @@ sums as (
         sum(fallback_cost) as fallback_cost,
         sum(failed_cost) as failed_cost,
         sum(waste_cost) as waste_cost
-    from tasks
-    group by day, workflow, app, route
+    from mart_outcomes_hourly
+    group by all
 ),
 
 final as (

@@ -9,6 +9,7 @@ final as (
         date_trunc('day', hour) as day,
         idle_policy, environment, app, team, route, workflow, model, deployment, stage,
         sum(requests) as requests,
+        sum(failed_requests) as failed_requests,
         sum(input_tokens) as input_tokens,
         sum(output_tokens) as output_tokens,
         sum(cost) as cost

@@ -8,7 +8,7 @@ with spend as (
 final as (
     select
         hour, idle_policy, environment, app, team, route, workflow, model, deployment, stage,
-        requests, input_tokens, output_tokens, cost
+        requests, failed_requests, input_tokens, output_tokens, cost
     from spend
     unpivot (
         cost for idle_policy in (

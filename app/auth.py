@@ -1,0 +1,644 @@
+"""Sign-in for the UI: the login form, sessions, the guard in front of every UI route, role
+rules for pages and callbacks, and the routes of the optional OpenID Connect provider (whose
+protocol lives in app/oidc.py). docs/security.md describes it all for users.
+
+- **Sessions** are Flask's signed cookie (HttpOnly, SameSite=Lax) holding the user's name, the
+  user's session epoch and the time of sign-in. Every request re-reads the user (one indexed
+  row): a removed or disabled user, a changed password (the epoch moves on) or an expired
+  sign-in (auth.session_hours) ends the session at once, and a changed role applies at once.
+- **The guard** (a Flask before_request) lets through only the sign-in routes, the two style
+  sheets and the icon the sign-in page uses, health, readiness, /metrics and the ingest
+  endpoints (which check their own keys). Anything else needs a signed-in user: a page request
+  without one is sent to /login?next=..., anything else (Dash's /_dash-* endpoints, assets)
+  answers 401 JSON.
+- **Roles.** Pages declare ``dash.register_page(..., min_role="analyst")`` (default viewer).
+  Dash serves every page from one route, so the guard matches the requested path against
+  ``dash.page_registry`` (403 page), the page's layout refuses client-side navigation, and a
+  callback defined in a page's module needs the page's role (403 JSON). Callbacks of shared
+  modules that need more than viewer are listed in :data:`CALLBACK_ROLES` (CSV downloads need
+  analyst). Callbacks that change something also call ``context.require_role`` themselves.
+- **Failed sign-ins** are logged and limited per user name and client address (5 a minute).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+from urllib.parse import quote, urlencode, urlsplit
+
+import dash
+import flask
+from markupsafe import Markup, escape
+
+from app.oidc import CALLBACK_PATH as OIDC_CALLBACK_PATH
+from app.oidc import OidcClient, OidcConfig, OidcError, redirect_uri
+from inferledger.errors import InferLedgerError
+from inferledger.settings import Settings
+from inferledger.storage import Storage
+from models import users
+from models.users import Role, SignInError, User
+
+log = logging.getLogger(__name__)
+
+AUTH_KEY = "inferledger.auth"
+SESSION_COOKIE = "inferledger_session"
+LOGIN_PATH = "/login"
+LOGOUT_PATH = "/logout"
+OIDC_START_PATH = "/login/oidc"
+CALLBACK_PATH = "/_dash-update-component"
+#: Reachable without signing in: sign-in itself, what the sign-in page loads, health and
+#: metrics for probes and Prometheus, and ingest (guarded by ingest.keys instead).
+PUBLIC_PATHS = frozenset(
+    {
+        LOGIN_PATH,
+        LOGOUT_PATH,
+        OIDC_START_PATH,
+        OIDC_CALLBACK_PATH,
+        "/_favicon.ico",
+        "/assets/inferledger.css",
+        "/assets/auth.css",
+        "/healthz",
+        "/readyz",
+        "/metrics",
+        "/v1/traces",
+        "/v1/outcomes",
+    }
+)
+#: Callbacks outside page modules that need more than viewer: (module, function name) -> role.
+#: Page modules' callbacks need their page's min_role without being listed.
+CALLBACK_ROLES: dict[tuple[str, str], Role] = {
+    ("app.components", "_csv"): Role.ANALYST,  # components.chart's "Download CSV"
+}
+MAX_FAILURES = 5
+FAILURE_WINDOW_S = 60.0
+OIDC_FLOW_TTL_S = 600
+_CLOCK_SKEW_S = 300
+
+
+class RoleRequiredError(InferLedgerError, PermissionError):
+    """The signed-in user's role does not allow this; ``str(exc)`` says what is needed."""
+
+    http_status = 403
+
+
+# --- failed sign-ins ------------------------------------------------------------------------
+
+
+class LoginLimiter:
+    """Failed sign-ins per (user name, client address) in a sliding window, in memory.
+
+    At most `max_keys` keys are kept (the oldest are dropped), so a flood of made-up names
+    cannot grow memory without bound; each sign-in attempt also costs an scrypt hash."""
+
+    def __init__(
+        self,
+        max_failures: int = MAX_FAILURES,
+        window_s: float = FAILURE_WINDOW_S,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        max_keys: int = 10_000,
+    ) -> None:
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self._clock = clock
+        self._max_keys = max_keys
+        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _recent(self, key: tuple[str, str], now: float) -> deque[float]:
+        times = self._failures.get(key, deque())
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        return times
+
+    def retry_after(self, key: tuple[str, str]) -> float:
+        """Seconds until this key may try again; 0 when it may now."""
+        with self._lock:
+            now = self._clock()
+            times = self._recent(key, now)
+            if len(times) < self.max_failures:
+                return 0.0
+            return max(0.0, times[-self.max_failures] + self.window_s - now)
+
+    def failed(self, key: tuple[str, str]) -> int:
+        """Record a failure; returns the failures of this key in the window."""
+        with self._lock:
+            now = self._clock()
+            times = self._recent(key, now)
+            times.append(now)
+            self._failures[key] = times
+            self._failures.move_to_end(key)
+            while len(self._failures) > self._max_keys:
+                self._failures.popitem(last=False)
+            return len(times)
+
+    def succeeded(self, key: tuple[str, str]) -> None:
+        with self._lock:
+            self._failures.pop(key, None)
+
+
+# --- state, sessions, the current user ------------------------------------------------------
+
+
+@dataclass
+class AuthState:
+    """What sign-in needs, kept in the Flask app's extensions (no module globals)."""
+
+    storage: Storage
+    enabled: bool
+    session_hours: int
+    limiter: LoginLimiter
+    oidc: OidcClient | None
+    dash_app: dash.Dash | None = None
+    warned_no_user: bool = False
+
+
+def state() -> AuthState:
+    return flask.current_app.extensions[AUTH_KEY]
+
+
+def enabled() -> bool:
+    return flask.has_request_context() and state().enabled
+
+
+def current_user() -> User | None:
+    """The signed-in user of this request (read once per request); None when nobody is."""
+    if not flask.has_request_context():
+        return None
+    if "inferledger_user" not in flask.g:
+        flask.g.inferledger_user = _session_user() if state().enabled else None
+    return flask.g.inferledger_user
+
+
+def _session_user() -> User | None:
+    data = flask.session
+    name, epoch, issued = data.get("u"), data.get("e"), data.get("t")
+    if not isinstance(name, str) or not isinstance(epoch, int) or not isinstance(issued, int):
+        return None
+    now = time.time()
+    if not issued - _CLOCK_SKEW_S <= now <= issued + state().session_hours * 3600:
+        return None
+    user = users.get_user(state().storage, name)
+    if user is None or user.disabled or user.session_epoch != epoch:
+        return None
+    return user
+
+
+def page_role(page: dict[str, Any]) -> Role:
+    return users.parse_role(page.get("min_role", Role.VIEWER.value))
+
+
+def may_open(page: dict[str, Any]) -> bool:
+    """Whether this request's user may open a page (everyone while sign-in is off)."""
+    if not enabled():
+        return True
+    user = current_user()
+    return user is not None and user.role.allows(page_role(page))
+
+
+def require_role(role: Role | str) -> User | None:
+    """Raise RoleRequiredError unless the signed-in user has `role` (a no-op while sign-in is
+    off; then returns None). Callbacks that change something call this first."""
+    needed = users.parse_role(role)
+    if not enabled():
+        return None
+    user = current_user()
+    if user is None:
+        raise RoleRequiredError("You are not signed in; sign in again.")
+    if not user.role.allows(needed):
+        raise RoleRequiredError(
+            f"This needs the {needed.value} role; you are signed in as {user.name} "
+            f"({user.role.value})."
+        )
+    return user
+
+
+def _sign_in(user: User) -> None:
+    flask.session.clear()
+    flask.session.permanent = True
+    flask.session.update({"u": user.name, "e": user.session_epoch, "t": int(time.time())})
+    flask.g.inferledger_user = user
+    users.record_sign_in(state().storage, user.name)
+
+
+def renew_session(user: User) -> None:
+    """Move this session to the user's current epoch (after they changed their own password:
+    this session stays, every other one has ended)."""
+    if enabled() and flask.session.get("u") == user.name:
+        flask.session["e"] = user.session_epoch
+        flask.g.inferledger_user = user
+
+
+def safe_next(raw: str | None) -> str:
+    """A local path to go to after sign-in; anything else (another host, a scheme, a
+    protocol-relative or backslash URL, control characters) becomes '/'."""
+    if not raw or not raw.startswith("/") or raw.startswith(("//", "/\\")):
+        return "/"
+    if any(ord(ch) < 32 or ch == "\\" for ch in raw):
+        return "/"
+    parts = urlsplit(raw)
+    if parts.scheme or parts.netloc:
+        return "/"
+    if parts.path in (LOGIN_PATH, LOGOUT_PATH) or parts.path.startswith(OIDC_START_PATH):
+        return "/"
+    return raw
+
+
+def _client() -> str:
+    return flask.request.remote_addr or "unknown"
+
+
+# --- pages ----------------------------------------------------------------------------------
+
+_PAGE_HEAD = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<link rel="icon" href="/_favicon.ico">
+<link rel="stylesheet" href="/assets/inferledger.css">
+<link rel="stylesheet" href="/assets/auth.css">
+</head><body class="auth-body"><main class="auth-card" id="content">
+<h1 class="auth-brand">InferLedger</h1>
+"""
+_PAGE_TAIL = "</main></body></html>\n"
+
+
+def _html(title: str, body: Markup | str, status: int = 200) -> flask.Response:
+    head = _PAGE_HEAD.format(title=escape(title))
+    return flask.Response(
+        head + str(body) + _PAGE_TAIL,
+        status=status,
+        content_type="text/html; charset=utf-8",
+        headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"},
+    )
+
+
+def _login_page(
+    *,
+    error: str | None = None,
+    notice: str | None = None,
+    name: str = "",
+    next_path: str = "/",
+    status: int = 200,
+) -> flask.Response:
+    token = flask.session.get("csrf")
+    if not isinstance(token, str):
+        token = secrets.token_urlsafe(24)
+        flask.session["csrf"] = token
+    parts = [Markup("<h2>Sign in</h2>")]
+    if notice:
+        parts.append(Markup('<p class="auth-notice" role="status">{}</p>').format(notice))
+    if error:
+        parts.append(Markup('<p class="auth-error" role="alert">{}</p>').format(error))
+    if not users.count_users(state().storage):
+        if not state().warned_no_user:
+            state().warned_no_user = True
+            log.warning("sign-in is on and no user exists: add one with `inferledger users add`")
+        parts.append(
+            Markup('<p class="auth-notice" role="status">{}</p>').format(
+                "No user exists yet. Stop the server and run `inferledger users add NAME "
+                "--role admin --db PATH`, then start it again."
+            )
+        )
+    parts.append(
+        Markup(
+            '<form method="post" action="/login" class="auth-form">'
+            '<input type="hidden" name="csrf" value="{csrf}">'
+            '<input type="hidden" name="next" value="{next}">'
+            '<label for="login-name">User name</label>'
+            '<input id="login-name" name="name" type="text" autocomplete="username" '
+            'autocapitalize="none" spellcheck="false" required autofocus value="{name}">'
+            '<label for="login-password">Password</label>'
+            '<input id="login-password" name="password" type="password" '
+            'autocomplete="current-password" required>'
+            '<button type="submit" class="auth-button">Sign in</button>'
+            "</form>"
+        ).format(csrf=token, next=next_path, name=name)
+    )
+    oidc = state().oidc
+    if oidc is not None:
+        parts.append(
+            Markup(
+                '<p class="auth-or">or</p><a class="auth-button auth-oidc" href="{href}">'
+                "Sign in with {label}</a>"
+            ).format(
+                href=OIDC_START_PATH + "?" + urlencode({"next": next_path}),
+                label=oidc.config.label,
+            )
+        )
+    return _html("Sign in · InferLedger", Markup("").join(parts), status)
+
+
+def forbidden_message(user: User | None, needed: Role, what: str) -> str:
+    who = f"{user.name} ({user.role.value})" if user else "nobody"
+    return (
+        f"{what} needs the {needed.value} role; you are signed in as {who}. "
+        "Ask an admin to change your role."
+    )
+
+
+def _forbidden_page(user: User, page: dict[str, Any]) -> flask.Response:
+    needed = page_role(page)
+    body = Markup(
+        '<h2>Not allowed</h2><p class="auth-error" role="alert">{msg}</p>'
+        '<p><a href="/">Back to the dashboards</a> · <a href="/logout">Sign out</a></p>'
+    ).format(msg=forbidden_message(user, needed, f"The page {page['name']}"))
+    return _html("Not allowed · InferLedger", body, 403)
+
+
+def forbidden_layout(user: User | None, needed: Role, name: str) -> Any:
+    """What a page shows instead of itself when the role does not allow it."""
+    from dash import dcc, html
+
+    return html.Div(
+        [
+            html.H1("Not allowed"),
+            html.P(
+                forbidden_message(user, needed, f"The page {name}"),
+                className="auth-error",
+                role="alert",
+            ),
+            dcc.Link("Back to the dashboards", href="/"),
+        ],
+        className="auth-forbidden",
+    )
+
+
+def _json(status: int, message: str, **extra: Any) -> flask.Response:
+    return flask.Response(
+        json.dumps({"error": message, **extra}),
+        status=status,
+        content_type="application/json",
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+# --- routes ---------------------------------------------------------------------------------
+
+
+def _login() -> flask.Response:
+    req = flask.request
+    next_path = safe_next(req.values.get("next"))
+    if req.method == "GET":
+        if current_user() is not None:
+            return flask.redirect(next_path, 303)
+        notice = "You have signed out." if req.args.get("out") else None
+        return _login_page(notice=notice, next_path=next_path)
+    expected = flask.session.get("csrf")
+    if not isinstance(expected, str) or not hmac.compare_digest(expected, req.form.get("csrf", "")):
+        return _login_page(
+            error="The sign-in form expired; please sign in again.",
+            next_path=next_path,
+            status=400,
+        )
+    raw_name = req.form.get("name", "")[:254]
+    password = req.form.get("password", "")
+    key = (raw_name.strip().lower(), _client())
+    limiter = state().limiter
+    wait = limiter.retry_after(key)
+    if wait:
+        log.warning("sign-in refused for %r from %s: too many failed sign-ins", key[0], key[1])
+        resp = _login_page(
+            error=f"Too many failed sign-ins; try again in {int(wait) + 1} s.",
+            name=raw_name,
+            next_path=next_path,
+            status=429,
+        )
+        resp.headers["Retry-After"] = str(int(wait) + 1)
+        return resp
+    try:
+        user = users.authenticate(state().storage, raw_name, password)
+    except SignInError as exc:
+        failures = limiter.failed(key)
+        log.warning(
+            "sign-in failed for %r from %s: %s (%d in the last %.0f s)",
+            key[0],
+            key[1],
+            exc.reason,
+            failures,
+            limiter.window_s,
+        )
+        # 200 with the message, as the form is the answer (the browser shows it again).
+        return _login_page(error=str(exc), name=raw_name, next_path=next_path)
+    limiter.succeeded(key)
+    _sign_in(user)
+    log.info("signed in: %s (%s) from %s", user.name, user.role.value, _client())
+    return flask.redirect(next_path, 303)
+
+
+def _logout() -> flask.Response:
+    user = current_user()
+    if user is not None:
+        log.info("signed out: %s", user.name)
+    flask.session.clear()
+    return flask.redirect(LOGIN_PATH + "?out=1", 303)
+
+
+def _oidc_start() -> flask.Response:
+    client = state().oidc
+    if client is None:
+        return flask.redirect(LOGIN_PATH, 303)
+    next_path = safe_next(flask.request.args.get("next"))
+    flow = {
+        "state": secrets.token_urlsafe(24),
+        "nonce": secrets.token_urlsafe(24),
+        "verifier": secrets.token_urlsafe(64),
+        "next": next_path,
+        "t": int(time.time()),
+    }
+    try:
+        url = client.authorization_url(
+            redirect_uri(flask.request.host_url), flow["state"], flow["nonce"], flow["verifier"]
+        )
+    except OidcError as exc:
+        log.warning("OIDC sign-in unavailable: %s", exc)
+        return _login_page(error=f"Sign-in with the provider is unavailable: {exc}")
+    flask.session["oidc"] = flow
+    return flask.redirect(url, 302)
+
+
+def _oidc_callback() -> flask.Response:
+    client = state().oidc
+    if client is None:
+        return flask.redirect(LOGIN_PATH, 303)
+    args = flask.request.args
+    flow = flask.session.pop("oidc", None)
+    if not isinstance(flow, dict) or int(time.time()) - int(flow.get("t", 0)) > OIDC_FLOW_TTL_S:
+        return _login_page(error="The sign-in with the provider expired; please try again.")
+    if args.get("error"):
+        log.warning("OIDC sign-in refused by the provider: %s", args.get("error"))
+        return _login_page(error=f"The provider refused the sign-in ({args.get('error')}).")
+    if not hmac.compare_digest(str(flow.get("state", "")), args.get("state", "")):
+        log.warning("OIDC callback with a wrong state from %s", _client())
+        return _login_page(error="The sign-in with the provider did not match; try again.")
+    try:
+        email, subject = client.identity(
+            args.get("code", ""),
+            redirect_uri(flask.request.host_url),
+            str(flow["verifier"]),
+            str(flow["nonce"]),
+        )
+        user = users.oidc_user(state().storage, email=email, subject=subject)
+    except (OidcError, users.UserError) as exc:
+        log.warning("OIDC sign-in failed from %s: %s", _client(), exc)
+        return _login_page(error=f"Sign-in with the provider failed: {exc}")
+    if user.disabled:
+        log.warning("OIDC sign-in refused for %r: disabled", user.name)
+        return _login_page(error="This account is disabled; ask an admin to enable it.")
+    _sign_in(user)
+    log.info("signed in through %s: %s (%s)", client.config.label, user.name, user.role.value)
+    return flask.redirect(safe_next(str(flow.get("next", "/"))), 303)
+
+
+# --- the guard ------------------------------------------------------------------------------
+
+
+def _is_page_request(path: str) -> bool:
+    """A browser navigation (what Dash's index route serves), not an XHR or a file."""
+    return flask.request.method in ("GET", "HEAD") and not path.startswith(("/_", "/assets/"))
+
+
+def _template_regex(template: str) -> re.Pattern[str]:
+    parts = re.split(r"(<[^>]+>)", template.strip("/"))
+    return re.compile("".join("[^/]+" if p.startswith("<") else re.escape(p) for p in parts) + "$")
+
+
+def page_for_path(path: str) -> dict[str, Any] | None:
+    """The registered Dash page a browser path opens, if any."""
+    key = path.strip("/")
+    for page in dash.page_registry.values():
+        template = page.get("path_template")
+        if template and _template_regex(template).match(key):
+            return page
+        if key == str(page.get("path", "")).strip("/"):
+            return page
+    return None
+
+
+def callback_role(func: Callable[..., Any]) -> Role:
+    """The role a callback needs: its page's min_role when a page module defines it, raised by
+    CALLBACK_ROLES for shared ones."""
+    module = getattr(func, "__module__", "")
+    needed = Role.VIEWER
+    for page in dash.page_registry.values():
+        if page.get("module") == module:
+            needed = page_role(page)
+            break
+    extra = CALLBACK_ROLES.get((module, getattr(func, "__name__", "")))
+    if extra is not None and extra.rank > needed.rank:
+        needed = extra
+    return needed
+
+
+def _guard_callback(user: User) -> flask.Response | None:
+    body = flask.request.get_json(silent=True)
+    output = body.get("output") if isinstance(body, dict) else None
+    app = state().dash_app
+    entry = app.callback_map.get(output) if app is not None and isinstance(output, str) else None
+    if entry is None:
+        return None  # Dash answers an unknown callback itself
+    flask.g.inferledger_callback = output
+    needed = callback_role(entry["callback"])
+    if user.role.allows(needed):
+        return None
+    log.warning(
+        "refused callback %s for %s (%s): needs %s",
+        output,
+        user.name,
+        user.role.value,
+        needed.value,
+    )
+    return _json(403, forbidden_message(user, needed, "This action"), role=needed.value)
+
+
+def _guard() -> flask.Response | None:
+    path = flask.request.path
+    if path in PUBLIC_PATHS:
+        return None
+    user = current_user()
+    if user is None:
+        if _is_page_request(path):
+            query = flask.request.query_string.decode("utf-8", "replace")
+            target = path + ("?" + query if query else "")
+            return flask.redirect(LOGIN_PATH + "?next=" + quote(target, safe=""), 302)
+        return _json(401, "Sign in first.", login=LOGIN_PATH)
+    if path == CALLBACK_PATH:
+        return _guard_callback(user)
+    if _is_page_request(path):
+        page = page_for_path(path)
+        if page is not None and not user.role.allows(page_role(page)):
+            log.warning("refused page %s for %s (%s)", path, user.name, user.role.value)
+            return _forbidden_page(user, page)
+    return None
+
+
+def _guard_layouts() -> None:
+    """Client-side navigation reaches a page through Dash's router callback, not its path:
+    a restricted page's layout refuses itself there. (Dash also calls every layout once,
+    outside any callback, to validate ids; that call is let through, so a restricted page's
+    layout must not embed data: load it in callbacks.)"""
+    for page in dash.page_registry.values():
+        if page_role(page) is not Role.VIEWER:
+            page["layout"] = _refusing_layout(page, page["layout"])
+
+
+def _refusing_layout(page: dict[str, Any], original: Any) -> Callable[..., Any]:
+    # A closure, not default arguments: Dash passes the query string as keyword arguments.
+    def layout(**kwargs: Any) -> Any:
+        if "inferledger_callback" in flask.g:
+            user = current_user()
+            needed = page_role(page)
+            if user is None or not user.role.allows(needed):
+                return forbidden_layout(user, needed, page["name"])
+        return original(**kwargs) if callable(original) else original
+
+    return layout
+
+
+def install(app: dash.Dash, settings: Settings, storage: Storage) -> AuthState:
+    """Put sign-in in front of the app (a no-op guard while auth.enabled is false)."""
+    oidc = OidcConfig.from_settings(settings)
+    for page in dash.page_registry.values():
+        try:
+            page_role(page)
+        except users.UserError as exc:
+            raise InferLedgerError(f"page {page.get('module')}: min_role: {exc}") from None
+    auth = AuthState(
+        storage=storage,
+        enabled=settings["auth.enabled"],
+        session_hours=settings["auth.session_hours"],
+        limiter=LoginLimiter(),
+        oidc=OidcClient(oidc) if oidc else None,
+        dash_app=app,
+    )
+    server = app.server
+    server.extensions[AUTH_KEY] = auth
+    if not auth.enabled:
+        return auth
+    server.secret_key = settings["auth.session_secret"] or users.session_secret(storage)
+    server.config.update(
+        SESSION_COOKIE_NAME=SESSION_COOKIE,
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Lax",
+        # Off: behind a TLS proxy the server cannot tell; docs/security.md says what to do.
+        SESSION_COOKIE_SECURE=False,
+        PERMANENT_SESSION_LIFETIME=timedelta(hours=auth.session_hours),
+        SESSION_REFRESH_EACH_REQUEST=False,
+    )
+    server.add_url_rule(LOGIN_PATH, "auth_login", _login, methods=["GET", "POST"])
+    server.add_url_rule(LOGOUT_PATH, "auth_logout", _logout, methods=["GET", "POST"])
+    server.add_url_rule(OIDC_START_PATH, "auth_oidc_start", _oidc_start)
+    server.add_url_rule(OIDC_CALLBACK_PATH, "auth_oidc_callback", _oidc_callback)
+    server.before_request(_guard)
+    _guard_layouts()
+    return auth

@@ -1,0 +1,346 @@
+"""Unit economics: what an accepted outcome costs per workflow and route, the outcome mix, the
+waste (rejected and failed tasks, failed calls), the overheads (retries, fallbacks, review) and
+the false economies (requests got cheaper, accepted outcomes dearer).
+
+Numbers: sql/queries/economics_*.sql over task_outcomes and false_economy_findings
+(definitions: docs/unit-economics.md). Tasks count in the range they started in.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import dash
+import plotly.graph_objects as go
+from dash import Input, Output, callback, html
+
+from app import context
+from app.components import URL_ID, chart, ids, money, number, stat, style
+from app.filters import filters_from
+from models import page_data
+from models.ledger_queries import Filters, run
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+dash.register_page(
+    __name__,
+    path="/economics",
+    name="Unit economics",
+    title="Unit economics · InferLedger",
+    order=20,
+)
+
+ID = ids("economics")
+#: Outcome colours (Okabe-Ito: distinguishable with the common colour-vision deficiencies).
+OUTCOMES = (
+    ("accepted", "Accepted", "#009E73"),
+    ("corrected", "Corrected (accepted with edits)", "#56B4E9"),
+    ("rejected", "Rejected", "#E69F00"),
+    ("failed", "Failed", "#D55E00"),
+    ("pending", "Pending", "#999999"),
+)
+WASTE_PARTS = (
+    ("rejected_cost", "Rejected tasks", "#E69F00"),
+    ("failed_task_cost", "Failed tasks", "#D55E00"),
+    ("failed_call_cost", "Failed calls of other tasks", "#CC79A7"),
+)
+OVERHEADS = (
+    ("retry_share", "retry_cost", "Retries", "#0072B2"),
+    ("fallback_share", "fallback_cost", "Fallbacks", "#E69F00"),
+    ("review_share", "review_cost", "Human review", "#009E73"),
+)
+
+
+def _legend_on_top(fig: go.Figure) -> go.Figure:
+    """Legend above the plot: below it, it collides with the axis title in a short card."""
+    fig.update_layout(
+        legend={"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
+        margin={"t": 36},
+    )
+    return fig
+
+
+def _col(table: pa.Table, name: str) -> list[Any]:
+    return table.column(name).to_pylist()
+
+
+def _by(dim: str):
+    def data(filters: Filters) -> pa.Table:
+        return run(context.storage(), "economics_by_key", filters, dim=dim)
+
+    return data
+
+
+def _cost_per_accepted_figure(label: str):
+    def figure(table: pa.Table, _filters: Filters) -> go.Figure:
+        fig = go.Figure(
+            go.Bar(
+                y=_col(table, "key"),
+                x=_col(table, "cost_per_accepted"),
+                orientation="h",
+                marker_color="#0b5cad",
+                text=_col(table, "cost_per_accepted"),
+                texttemplate="$%{x:,.4f}",
+                textposition="outside",
+                cliponaxis=False,
+                customdata=list(
+                    zip(
+                        _col(table, "tasks"),
+                        _col(table, "accepted_outcomes"),
+                        _col(table, "total_cost"),
+                        _col(table, "acceptance_rate"),
+                        strict=True,
+                    )
+                ),
+                hovertemplate=(
+                    f"<b>{label} %{{y}}</b><br>"
+                    "Cost per accepted outcome: $%{x:,.4f}<br>"
+                    "Total cost: $%{customdata[2]:,.2f}<br>"
+                    "Tasks: %{customdata[0]:,} (accepted outcomes %{customdata[1]:,})<br>"
+                    "Acceptance rate: %{customdata[3]:.1%}<extra></extra>"
+                ),
+            )
+        )
+        fig.update_xaxes(
+            title_text="Cost per accepted outcome (USD, log scale)",
+            type="log",
+            tickprefix="$",
+        )
+        fig.update_yaxes(title_text=label, autorange="reversed")
+        style(fig, legend=False)
+        fig.update_layout(margin={"r": 72})  # room for the value labels
+        return fig
+
+    return figure
+
+
+def _outcome_mix_figure(table: pa.Table, _filters: Filters) -> go.Figure:
+    keys = _col(table, "key")
+    tasks = _col(table, "tasks")
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=name,
+                y=keys,
+                x=_col(table, column),
+                orientation="h",
+                marker_color=colour,
+                customdata=tasks,
+                hovertemplate=(
+                    f"<b>%{{y}}</b><br>{name}: %{{x:,}} of %{{customdata:,}} tasks<extra></extra>"
+                ),
+            )
+            for column, name, colour in OUTCOMES
+        ]
+    )
+    fig.update_layout(barmode="stack", barnorm="percent", legend_traceorder="normal")
+    fig.update_xaxes(title_text="Share of tasks (%)", ticksuffix="%")
+    fig.update_yaxes(title_text="Workflow", autorange="reversed")
+    return _legend_on_top(style(fig))
+
+
+def _waste_figure(table: pa.Table, _filters: Filters) -> go.Figure:
+    keys = _col(table, "key")
+    shares = _col(table, "waste_share")
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=name,
+                y=keys,
+                x=_col(table, column),
+                orientation="h",
+                marker_color=colour,
+                customdata=shares,
+                hovertemplate=(
+                    f"<b>%{{y}}</b><br>{name}: $%{{x:,.4f}}<br>"
+                    "All waste: %{customdata:.1%} of the workflow's cost<extra></extra>"
+                ),
+            )
+            for column, name, colour in WASTE_PARTS
+        ]
+    )
+    fig.update_layout(barmode="stack", legend_traceorder="normal")
+    fig.update_xaxes(title_text="Waste (USD)", tickprefix="$")
+    fig.update_yaxes(title_text="Workflow", autorange="reversed")
+    return _legend_on_top(style(fig))
+
+
+def _overheads_figure(table: pa.Table, _filters: Filters) -> go.Figure:
+    keys = _col(table, "key")
+    fig = go.Figure(
+        [
+            go.Bar(
+                name=name,
+                y=keys,
+                x=_col(table, share),
+                orientation="h",
+                marker_color=colour,
+                customdata=_col(table, cost),
+                hovertemplate=(
+                    f"<b>%{{y}}</b><br>{name}: $%{{customdata:,.4f}} "
+                    "(%{x:.1%} of the workflow's cost)<extra></extra>"
+                ),
+            )
+            for share, cost, name, colour in OVERHEADS
+        ]
+    )
+    fig.update_layout(barmode="group")
+    fig.update_xaxes(title_text="Share of the workflow's cost (%)", tickformat=".0%")
+    fig.update_yaxes(title_text="Workflow", autorange="reversed")
+    return _legend_on_top(style(fig))
+
+
+BY_WORKFLOW = chart(
+    ID,
+    "by-workflow",
+    "Cost per accepted outcome by workflow",
+    _by("workflow"),
+    _cost_per_accepted_figure("Workflow"),
+    height=300,
+    note=(
+        "Everything the workflow's tasks cost (failed calls, retries, fallbacks, retrieval, "
+        "tools, review; idle under the selected idle policy) ÷ accepted outcomes "
+        "(accepted + corrected). Model filter: tasks whose first or final call used it."
+    ),
+)
+BY_ROUTE = chart(
+    ID,
+    "by-route",
+    "Cost per accepted outcome by route",
+    _by("route"),
+    _cost_per_accepted_figure("Route"),
+    height=300,
+)
+OUTCOME_MIX = chart(
+    ID,
+    "outcomes",
+    "Outcome mix by workflow",
+    _by("workflow"),
+    _outcome_mix_figure,
+    height=300,
+    note="Pending: no decision yet; failed: the last attempt failed with no decision posted.",
+)
+WASTE = chart(
+    ID,
+    "waste",
+    "Waste by workflow",
+    _by("workflow"),
+    _waste_figure,
+    height=300,
+    note=(
+        "Rejected and failed tasks are waste whole; other tasks waste only their failed "
+        "calls and failed attempts. Idle cost is not included."
+    ),
+)
+OVERHEADS_CARD = chart(
+    ID,
+    "overheads",
+    "Retries, fallbacks and review by workflow",
+    _by("workflow"),
+    _overheads_figure,
+    height=300,
+    note="Shares of the workflow's cost before idle; they overlap (a retried fallback is both).",
+)
+
+
+def layout(**_kwargs: object) -> html.Div:
+    return html.Div(
+        [
+            html.H1("Unit economics"),
+            html.P(
+                "What a result costs: every call a business task made, the retrieval, tools "
+                "and human review it took, divided by the tasks whose outcome was accepted.",
+                className="page-lead",
+            ),
+            html.Div(id=ID("stats"), className="stats", role="status"),
+            html.Div([BY_WORKFLOW, BY_ROUTE], className="economics-grid"),
+            html.Div([OUTCOME_MIX, WASTE], className="economics-grid"),
+            html.Div([OVERHEADS_CARD, _false_economy_card()], className="economics-grid"),
+        ],
+        className="economics-page",
+    )
+
+
+def _false_economy_card() -> html.Section:
+    return html.Section(
+        [
+            html.Div(html.H2("False economies", className="card-title"), className="card-head"),
+            html.P(
+                "Routes and workflows whose cost per request (or per 1M tokens) fell week over "
+                "week while cost per accepted outcome rose.",
+                className="card-note",
+            ),
+            html.P(id=ID("findings-scope"), className="card-note scope-note"),
+            html.Div(id=ID("findings"), role="status"),
+        ],
+        className="card",
+        **{"aria-label": "False economies"},
+    )
+
+
+@callback(Output(ID("stats"), "children"), Input(URL_ID, "search"))
+def _stats(search: str | None) -> list[html.Div]:
+    totals = run(context.storage(), "economics_totals", filters_from(search)).to_pylist()[0]
+    return [
+        stat("Tasks", number(totals["tasks"]), hint="started in the range"),
+        stat("Accepted outcomes", number(totals["accepted_outcomes"]), hint="incl. corrected"),
+        stat(
+            "Cost per accepted outcome",
+            money(totals["cost_per_accepted"], 4),
+            id=ID("cost-per-accepted"),
+        ),
+        stat("Total cost", money(totals["total_cost"])),
+        stat(
+            "Waste",
+            money(totals["waste_cost"]),
+            hint=f"{_percent(totals['waste_share'])} of cost before idle",
+        ),
+        stat(
+            "Review cost",
+            money(totals["review_cost"]),
+            hint=f"{_percent(totals['review_share'])} of cost before idle",
+        ),
+    ]
+
+
+def _percent(share: float | None) -> str:
+    return "–" if share is None else f"{share:.1%}"
+
+
+@callback(
+    Output(ID("findings"), "children"),
+    Output(ID("findings-scope"), "children"),
+    Input(URL_ID, "search"),
+)
+def _findings(search: str | None) -> tuple[Any, str]:
+    filters = filters_from(search)
+    rows = run(context.storage(), "economics_false_economy", filters).to_pylist()
+    scope = page_data.scope_note(
+        filters,
+        ("app", "route"),
+        "findings compare whole routes and workflows week over week.",
+    )
+    if not rows:
+        return (
+            html.P(
+                f"No false economies found in {page_data.range_label(filters)}.",
+                className="empty-state",
+            ),
+            scope,
+        )
+    items = [
+        html.Li(
+            [
+                html.Span(
+                    "Model change" if row["kind"] == "model_route" else "Week over week",
+                    className="finding-kind",
+                ),
+                " ",
+                row["explanation"],
+            ],
+            className="finding",
+        )
+        for row in rows
+    ]
+    return html.Ul(items, className="findings"), scope

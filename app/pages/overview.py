@@ -1,0 +1,398 @@
+"""Overview: what the fleet cost in the chosen range, where this month is heading, how fast and
+reliable it was, what moved most and why, and what data InferLedger holds.
+
+Numbers come from models/overview.py over the marts (the same queries as the Spend and Unit
+economics pages, so they agree); this module lays them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+import plotly.graph_objects as go
+from dash import Input, Output, State, callback, dcc, html
+from plotly.subplots import make_subplots
+
+from app import context
+from app.components import (
+    URL_ID,
+    chart,
+    ids,
+    money,
+    number,
+    seconds,
+    stat,
+    style,
+    to_csv,
+    why_empty,
+)
+from app.filters import PRESETS, filters_from, parse
+from models import overview as ov
+from models.ledger_queries import Filters
+
+dash.register_page(__name__, path="/", name="Overview", title="InferLedger", order=0)
+
+_id = ids("overview")
+_BUDGETS_HREF = "/budgets"
+
+
+def _range_label(search: str | None, filters: Filters) -> str:
+    state = parse(search)
+    if state.range in PRESETS:
+        return PRESETS[state.range].lower()
+    return f"{filters.start:%Y-%m-%d %H:%M} – {filters.end:%Y-%m-%d %H:%M} UTC"
+
+
+def _share(value: float | None) -> str:
+    return "–" if value is None else f"{value:.1%}"
+
+
+# --------------------------------------------------------------------------- trend chart
+def _trend_figure(table: Any, filters: Filters) -> go.Figure:
+    per = "hour" if ov.bucket_for(filters) == "hour" else "day"
+    x = table.column("bucket").to_pylist()
+    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07)
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=table.column("spend").to_pylist(),
+            name="Spend",
+            marker_color="#0b5cad",
+            hovertemplate=f"%{{x|%Y-%m-%d %H:%M}} UTC<br>$%{{y:,.2f}} per {per}"
+            "<extra>Spend</extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    fig.add_trace(
+        go.Bar(
+            x=x,
+            y=table.column("requests").to_pylist(),
+            name="Requests",
+            marker_color="#2f855a",
+            hovertemplate=f"%{{x|%Y-%m-%d %H:%M}} UTC<br>%{{y:,}} requests per {per}"
+            "<extra>Requests</extra>",
+        ),
+        row=2,
+        col=1,
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=x,
+            y=table.column("ttft_p95_ms").to_pylist(),
+            name="p95 TTFT",
+            mode="lines+markers",
+            connectgaps=False,
+            line={"color": "#b7410e"},
+            hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>p95 %{y:,.0f} ms<extra>TTFT</extra>",
+        ),
+        row=3,
+        col=1,
+    )
+    style(fig, legend=False)
+    fig.update_yaxes(title_text=f"$ / {per}", tickprefix="$", row=1, col=1)
+    fig.update_yaxes(title_text=f"req / {per}", row=2, col=1)
+    fig.update_yaxes(title_text="TTFT p95 (ms)", rangemode="tozero", row=3, col=1)
+    fig.update_xaxes(title_text="UTC", row=3, col=1)
+    return fig
+
+
+TREND = chart(
+    _id,
+    "trend",
+    "Trend: spend, requests, p95 time to first token",
+    lambda filters: ov.trend(context.storage(), filters),
+    _trend_figure,
+    height=380,
+    note="By hour for ranges up to 7 days, else by day (UTC).",
+)
+
+
+# --------------------------------------------------------------------------- layout
+def layout(**_kwargs: object) -> html.Div:
+    return html.Div(
+        [
+            html.Div(
+                [
+                    html.H1("Overview"),
+                    html.P(id=_id("subtitle"), className="page-subtitle"),
+                ],
+                className="page-head",
+            ),
+            dcc.Loading(
+                html.Div(id=_id("kpis"), className="stats overview-kpis"),
+                type="dot",
+                delay_show=150,
+            ),
+            html.Details(
+                [
+                    html.Summary("How the forecast works"),
+                    html.P(ov.FORECAST_METHOD, id=_id("method")),
+                ],
+                className="overview-method",
+            ),
+            html.Div(
+                [
+                    TREND,
+                    html.Section(
+                        [
+                            html.Div(
+                                [
+                                    html.H2("Top movers", className="card-title"),
+                                    html.Button(
+                                        "Download CSV",
+                                        id=_id("movers-csv-button"),
+                                        className="button small",
+                                        title="Download the top movers as CSV",
+                                    ),
+                                ],
+                                className="card-head",
+                            ),
+                            html.P(id=_id("movers-note"), className="card-note"),
+                            html.Div(
+                                [
+                                    html.Span("By", className="filter-label", id=_id("dim-label")),
+                                    dcc.RadioItems(
+                                        id=_id("movers-dim"),
+                                        options=[
+                                            {"label": d.title(), "value": d}
+                                            for d in ov.MOVER_DIMENSIONS
+                                        ],
+                                        value="route",
+                                        inline=True,
+                                        persistence=True,
+                                        persistence_type="session",
+                                        className="radio-row",
+                                    ),
+                                ],
+                                className="overview-dim",
+                                role="radiogroup",
+                                **{"aria-labelledby": _id("dim-label")},
+                            ),
+                            dcc.Loading(
+                                html.Div(id=_id("movers"), className="overview-movers"),
+                                type="dot",
+                                delay_show=150,
+                            ),
+                            dcc.Download(id=_id("movers-csv")),
+                        ],
+                        className="card",
+                        **{"aria-label": "Top movers"},
+                    ),
+                ],
+                className="overview-grid",
+            ),
+            html.Section(
+                [html.H2("Data", className="card-title"), html.Div(id=_id("data"))],
+                className="card overview-data",
+                **{"aria-label": "Data"},
+            ),
+        ],
+        className="page overview-page",
+    )
+
+
+# --------------------------------------------------------------------------- KPI tiles
+def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
+    f = k.forecast
+    forecast_hint = (
+        f"run rate {money(f.run_rate_per_hour)}/h over {f.rate_hours} h"
+        if f.run_rate_per_hour is not None
+        else "not enough history (under one complete hour)"
+    )
+    if k.budget.status == "none":
+        budget = html.Div(
+            [
+                html.Div("Budget", className="stat-label"),
+                html.Div("No budget set", className="stat-value", id=_id("kpi-budget")),
+                html.Div(
+                    [
+                        "Monthly budgets and alerts arrive with ",
+                        html.A("Budgets & alerts", href=_BUDGETS_HREF),
+                        ".",
+                    ],
+                    className="stat-hint",
+                ),
+            ],
+            className="stat",
+        )
+    else:
+        budget = stat("Budget", money(k.budget.budget), hint=k.budget.message, id=_id("kpi-budget"))
+    return [
+        stat(
+            f"Spend, {label}",
+            money(k.spend),
+            hint=f"idle {money(k.idle_cost)} ({ov.IDLE_POLICY_LABEL[policy].lower()})",
+            id=_id("kpi-spend"),
+        ),
+        stat(
+            f"Month to date ({f.month_start:%B})",
+            money(f.month_to_date),
+            hint="UTC month, whatever the range",
+            id=_id("kpi-mtd"),
+        ),
+        stat(
+            "Forecast to month end",
+            money(f.forecast),
+            hint=forecast_hint,
+            id=_id("kpi-forecast"),
+        ),
+        budget,
+        stat(
+            "Requests",
+            number(k.requests),
+            hint=f"{_share(k.failure_rate)} failed ({number(k.failed)})",
+            id=_id("kpi-requests"),
+        ),
+        stat(
+            "Tokens in / out",
+            f"{number(k.input_tokens)} / {number(k.output_tokens)}",
+            id=_id("kpi-tokens"),
+        ),
+        stat(
+            "Failure rate",
+            _share(k.failure_rate),
+            hint="failed LLM calls ÷ LLM calls",
+            id=_id("kpi-failures"),
+        ),
+        stat(
+            "TTFT p50 / p95",
+            f"{seconds(k.ttft_p50_s)} / {seconds(k.ttft_p95_s)}",
+            hint="time to first token",
+            id=_id("kpi-ttft"),
+        ),
+        stat(
+            "End-to-end p50 / p95",
+            f"{seconds(k.e2e_p50_s)} / {seconds(k.e2e_p95_s)}",
+            hint="one LLM call",
+            id=_id("kpi-e2e"),
+        ),
+        stat(
+            "GPU utilization",
+            _share(k.gpu_util),
+            hint=f"DCGM; busy {_share(k.busy_share)} of GPU time (ledger)",
+            id=_id("kpi-gpu"),
+        ),
+        stat(
+            "Cost per accepted outcome",
+            money(k.cost_per_accepted, 4),
+            hint=f"{number(k.accepted_outcomes)} accepted; tasks cost {money(k.outcome_cost)}",
+            id=_id("kpi-cpao"),
+        ),
+    ]
+
+
+@callback(
+    Output(_id("kpis"), "children"),
+    Output(_id("subtitle"), "children"),
+    Input(URL_ID, "search"),
+)
+def _kpis(search: str | None) -> tuple[list[html.Div], str]:
+    filters = filters_from(search)
+    k = ov.overview_kpis(context.storage(), filters)
+    label = _range_label(search, filters)
+    subtitle = (
+        f"{filters.start:%Y-%m-%d %H:%M} – {filters.end:%Y-%m-%d %H:%M} UTC · idle cost: "
+        f"{ov.IDLE_POLICY_LABEL[filters.policy].lower()}"
+    )
+    return _tiles(k, label, filters.policy), subtitle
+
+
+# --------------------------------------------------------------------------- movers
+def _movers_table(found: list[ov.Mover]) -> html.Table:
+    head = ("", "Before", "Now", "Change", "Traffic", "Unit cost", "Why")
+    return html.Table(
+        [
+            html.Thead(html.Tr([html.Th(h, scope="col") for h in head])),
+            html.Tbody(
+                [
+                    html.Tr(
+                        [
+                            html.Th(m.key, scope="row"),
+                            html.Td(money(m.before.cost), className="num"),
+                            html.Td(money(m.after.cost), className="num"),
+                            html.Td(
+                                money(m.delta),
+                                className="num " + ("up" if m.delta > 0 else "down"),
+                            ),
+                            html.Td(money(m.traffic), className="num"),
+                            html.Td(money(m.unit_cost), className="num"),
+                            html.Td(m.reason, className="reason"),
+                        ]
+                    )
+                    for m in found
+                ]
+            ),
+        ],
+        className="table movers-table",
+    )
+
+
+@callback(
+    Output(_id("movers"), "children"),
+    Output(_id("movers-note"), "children"),
+    Input(URL_ID, "search"),
+    Input(_id("movers-dim"), "value"),
+)
+def _movers(search: str | None, dim: str | None) -> tuple[Any, str]:
+    filters = filters_from(search)
+    before = filters.start - (filters.end - filters.start)
+    note = (
+        f"Spend change against the previous period of the same length "
+        f"({before:%Y-%m-%d %H:%M} – {filters.start:%Y-%m-%d %H:%M} UTC), split into traffic "
+        f"(requests) and unit cost (context length, retries, cost per token or a price change)."
+    )
+    found = ov.movers(context.storage(), filters, dim or "route")
+    if not found:
+        return html.P(why_empty(filters), className="empty-state", role="status"), note
+    return _movers_table(found), note
+
+
+@callback(
+    Output(_id("movers-csv"), "data"),
+    Input(_id("movers-csv-button"), "n_clicks"),
+    State(URL_ID, "search"),
+    State(_id("movers-dim"), "value"),
+    prevent_initial_call=True,
+)
+def _movers_csv(_clicks: int | None, search: str | None, dim: str | None) -> dict[str, Any]:
+    found = ov.movers(context.storage(), filters_from(search), dim or "route")
+    return dcc.send_string(to_csv(ov.movers_table(found)), "inferledger-top-movers.csv")
+
+
+# --------------------------------------------------------------------------- data panel
+@callback(Output(_id("data"), "children"), Input(URL_ID, "search"))
+def _data_panel(search: str | None) -> Any:
+    d = ov.data_status(context.storage(), filters_from(search))
+    if not d["spans"]:
+        return html.P(
+            "No spans yet. Point an OpenTelemetry exporter at POST /v1/traces "
+            "(OTLP/HTTP, protobuf or JSON), or run `inferledger demo`.",
+            className="empty-state",
+            role="status",
+        )
+    ledger = (
+        f"{d['first_hour']:%Y-%m-%d %H:%M} – {d['last_hour']:%Y-%m-%d %H:%M} UTC"
+        if d["first_hour"]
+        else "not computed yet"
+    )
+    refresh = f"{d['last_refresh_at']:%Y-%m-%d %H:%M:%S} UTC" if d["last_refresh_at"] else "not yet"
+    if d["last_work_at"]:
+        refresh += (
+            f" (last recompute {d['last_work_at']:%H:%M:%S}: {d['last_work_hours']} h "
+            f"in {d['last_work_s']:.2f} s)"
+        )
+    return html.Dl(
+        [
+            html.Dt("Spans"),
+            html.Dd(f"{d['spans']:,}", id=_id("data-spans")),
+            html.Dt("Newest span"),
+            html.Dd(f"{d['last_span_at']:%Y-%m-%d %H:%M:%S} UTC", id=_id("data-newest")),
+            html.Dt("Cost ledger hours"),
+            html.Dd(ledger, id=_id("data-ledger")),
+            html.Dt("Last ledger refresh"),
+            html.Dd(refresh, id=_id("data-refresh")),
+        ],
+        className="data-list",
+    )

@@ -1,0 +1,99 @@
+"""`scripts/screenshots`: a PNG of every dashboard page into docs/screenshots/.
+
+Without --db it builds a demo ledger first (the demo's traffic for --hours, through the real
+ingest path, then a refresh), so the pictures show real numbers. Sign-in is switched off for the
+run; the pictures show the pages, not the sign-in form.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import socket
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from inferledger.browser_pages import screenshot_pages
+from inferledger.errors import InferLedgerError
+
+OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def build_demo_ledger(db: Path, hours: float, seed: int = 1) -> None:
+    from inferledger.demo import Demo, DemoOptions
+    from inferledger.storage import Storage
+    from models.marts import Refresher
+
+    demo = Demo(
+        DemoOptions(db=db, port=_free_port(), days=hours / 24, seed=seed),
+        out=io.StringIO(),
+        err=io.StringIO(),
+    )
+    demo.start()
+    try:
+        if not demo.wait_history(3600):
+            raise InferLedgerError(f"the demo history did not load: {demo.failed}")
+    finally:
+        demo.stop()
+    with Storage(db, read_timeout_s=600) as storage:
+        Refresher(storage).refresh(full=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/screenshots", description=__doc__)
+    parser.add_argument("--db", help="a ledger database to show (default: build a demo one)")
+    parser.add_argument("--hours", type=float, default=12.0, help="demo history [12]")
+    parser.add_argument("--out", default=str(OUT), help=f"folder [{OUT}]")
+    args = parser.parse_args(argv)
+
+    from inferledger.server import Service
+    from inferledger.settings import load_settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(args.db) if args.db else Path(tmp) / "demo.duckdb"
+        if not args.db:
+            print(f"building a demo ledger ({args.hours:g} h of traffic)…", flush=True)
+            build_demo_ledger(db, args.hours)
+        port = _free_port()
+        settings = load_settings(env={}).replace(
+            db=str(db), port=port, log_level="warning", auth__enabled=False
+        )
+        service = Service(settings).start()
+        thread = threading.Thread(
+            target=service.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
+        )
+        thread.start()
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(url + "/readyz", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        trace = service.storage.scalar(
+            "select trace_id from mart_requests where hosting = 'self_hosted' and app is not null"
+            " order by prefill_cost + decode_cost desc limit 1"
+        )
+        try:
+            files = screenshot_pages(url, Path(args.out), trace_id=trace)
+        finally:
+            service.request_stop()
+            thread.join(30)
+    for f in files:
+        print(f)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,106 @@
+"""The Unit economics page in a real headless Chromium against a real server on the demo ledger:
+it loads without console errors, its charts show the demo's numbers, those numbers are the
+views' (outcome_economics), and a chart's CSV is exactly what it plots."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from app.components import money
+
+pytestmark = pytest.mark.browser
+
+CHART_DATA_JS = """id => {
+    const plot = document.querySelector('#' + id + ' .js-plotly-plot');
+    return plot && plot.data ? plot.data.map(t => ({name: t.name, x: t.x, y: t.y})) : null;
+}"""
+
+
+def whole_days() -> tuple[date, date, str]:
+    """A custom range of whole UTC days that holds the whole demo ledger (it ends now): the
+    page and the views then select exactly the same tasks."""
+    today = datetime.now(UTC).date()
+    start, end = today - timedelta(days=2), today
+    return start, end + timedelta(days=1), f"?range=custom&start={start}&end={end}"
+
+
+def chart_data(page, graph_id: str) -> list[dict]:
+    """The traces a chart plots, once it has some (fails on an empty state)."""
+    page.wait_for_function(
+        "id => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
+        " return p && p.data && p.data.length > 0; }",
+        arg=graph_id,
+        timeout=10_000,
+    )
+    assert page.locator(f"#{graph_id}-empty").inner_text() == ""
+    return page.evaluate(CHART_DATA_JS, graph_id)
+
+
+def download_csv(page, graph_id: str, tmp_path: Path) -> list[dict[str, str]]:
+    with page.expect_download(timeout=10_000) as info:
+        page.click(f"#{graph_id}-csv-button")
+    target = tmp_path / info.value.suggested_filename
+    info.value.save_as(target)
+    return list(csv.DictReader(io.StringIO(target.read_text())))
+
+
+def test_cost_per_accepted_outcome_matches_outcome_economics(ledger_server, page) -> None:
+    start, end, query = whole_days()
+    page.goto(ledger_server.url + "/economics" + query)
+    (trace,) = chart_data(page, "economics-by-workflow")
+    shown = dict(zip(trace["y"], trace["x"], strict=True))
+
+    rows = ledger_server.storage.fetchall(
+        "select workflow, sum(total_cost_configured) / sum(accepted_outcomes) "
+        "from outcome_economics where day >= ? and day < ? and workflow is not null "
+        "group by workflow",
+        [start, end],
+    )
+    expected = dict(rows)
+    assert set(shown) == set(expected) and len(expected) >= 4  # the demo's workflows
+    for workflow, value in expected.items():
+        assert math.isclose(shown[workflow], value, rel_tol=1e-9), workflow
+
+    # the headline tile: all tasks' cost per accepted outcome, in the page's money format
+    total = ledger_server.storage.scalar(
+        "select sum(total_cost_configured) / sum(accepted_outcomes) from outcome_economics "
+        "where day >= ? and day < ?",
+        [start, end],
+    )
+    page.wait_for_function(
+        "t => document.getElementById('economics-cost-per-accepted')?.textContent === t",
+        arg=money(total, 4),
+        timeout=10_000,
+    )
+
+    # the other charts have the demo's data too; the outcome mix counts every task
+    mix = chart_data(page, "economics-outcomes")
+    tasks = ledger_server.storage.scalar(
+        "select sum(tasks) from outcome_economics where day >= ? and day < ?", [start, end]
+    )
+    assert sum(v for t in mix for v in t["x"]) == tasks
+    route_bars = chart_data(page, "economics-by-route")[0]
+    assert "/answer" in route_bars["y"]
+    waste = chart_data(page, "economics-waste")
+    assert sum(v for t in waste for v in t["x"]) > 0
+    chart_data(page, "economics-overheads")
+    # the demo's single day has no week before it: no finding, and the page says so
+    page.wait_for_selector("#economics-findings >> text=No false economies found in")
+
+
+def test_csv_is_the_charted_numbers(ledger_server, page, tmp_path: Path) -> None:
+    _, _, query = whole_days()
+    page.goto(ledger_server.url + "/economics" + query + "&app=support-assistant")
+    (trace,) = chart_data(page, "economics-by-route")
+    assert sorted(trace["y"]) == ["/answer", "/summarize"]  # the app filter applies
+
+    rows = download_csv(page, "economics-by-route", tmp_path)
+    assert [r["key"] for r in rows] == trace["y"]
+    assert [float(r["cost_per_accepted"]) for r in rows] == trace["x"]
+    assert {"tasks", "accepted_outcomes", "total_cost", "waste_cost"} <= set(rows[0])
