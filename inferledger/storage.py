@@ -245,6 +245,12 @@ class Storage:
         # Views and macros are code, not data: recreated at every start so they always match
         # this version. Each statement commits on its own: a failed statement would abort an
         # enclosing transaction, and out-of-order files are retried.
+        # Every view is dropped first: a view of an older version binds against the views it
+        # reads, so recreating them in place fails when a view gains a column another uses.
+        for (name,) in cur.execute(
+            "SELECT view_name FROM duckdb_views() WHERE NOT internal AND schema_name = 'main'"
+        ).fetchall():
+            cur.execute(f"DROP VIEW IF EXISTS {quote_ident(name)}")
         statements = [(f"sql/macros/{name}", sql) for name, sql in load_macro_sql()]
         statements += [
             (f"sql/views/{name}.sql", f"CREATE OR REPLACE VIEW {quote_ident(name)} AS {sql}")

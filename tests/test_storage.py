@@ -129,3 +129,18 @@ def test_only_the_gateway_opens_duckdb() -> None:
             if path.name != "storage.py" and "duckdb.connect(" in path.read_text():
                 offenders.append(str(path.relative_to(root)))
     assert offenders == []
+
+
+def test_views_of_an_older_version_are_replaced_even_when_columns_changed(tmp_path):
+    """An older version's view lacking a column that another view now reads must not stop the
+    next start: every view is dropped and recreated."""
+    db = tmp_path / "old.duckdb"
+    with Storage(db) as st:
+        st.execute_write(
+            "CREATE OR REPLACE VIEW spend_hourly AS "
+            "SELECT hour, stage, requests, cost_separate AS cost FROM mart_spend_hourly"
+        )
+    with Storage(db) as st:  # spend_daily reads spend_hourly.failed_requests
+        assert st.scalar("select count(*) from spend_daily") == 0
+        cols = {r[0] for r in st.fetchall("describe spend_hourly")}
+        assert "failed_requests" in cols
