@@ -182,15 +182,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _refresh(settings, *, full: bool) -> int:
-    from pathlib import Path
-
     from inferledger.server import prepare_reference_data
-    from inferledger.storage import Storage
+    from inferledger.storage import open_for_command
     from models.marts import Refresher
 
-    if not Path(settings["db"]).exists():
-        raise InferLedgerError(f"no database at {settings['db']}")
-    with Storage(settings["db"], read_timeout_s=settings["storage.read_timeout_s"]) as storage:
+    with open_for_command(settings) as storage:
         prepare_reference_data(storage, settings)
         result = Refresher(
             storage, max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000

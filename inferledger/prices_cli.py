@@ -13,12 +13,11 @@ import getpass
 import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
-from inferledger.errors import InferLedgerError, StorageError
+from inferledger.errors import InferLedgerError
 from inferledger.settings import Settings, load_settings
-from inferledger.storage import Storage
+from inferledger.storage import Storage, open_for_command
 from models.price_book import (
     ALLOWED_UNITS,
     Price,
@@ -139,24 +138,7 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _open(settings: Settings, must_exist: bool) -> Storage:
-    path = settings["db"]
-    if must_exist and not Path(path).exists():
-        raise PricesCommandError(f"no database at {path!r} (give --db PATH)")
-    storage = Storage(
-        path,
-        read_timeout_s=settings["storage.read_timeout_s"],
-        memory_limit=settings["storage.memory_limit"],
-        threads=settings["storage.threads"],
-    )
-    try:
-        return storage.open()
-    except StorageError as exc:
-        if "lock" in str(exc).lower():
-            raise PricesCommandError(
-                f"database {path!r} is in use by another process (a running `inferledger "
-                "serve`?); stop it first: DuckDB lets one process open the file"
-            ) from None
-        raise
+    return open_for_command(settings, must_exist=must_exist)
 
 
 def _who(args: argparse.Namespace) -> str:

@@ -430,3 +430,26 @@ class Storage:
             with contextlib.suppress(OSError):
                 total += os.path.getsize(p)
         return total
+
+
+def open_for_command(settings: Any, *, must_exist: bool = True) -> Storage:
+    """Open the settings' database for a one-shot CLI command (prices, users, refresh), with
+    one-line errors for a missing file and for a file another process holds."""
+    path = settings["db"]
+    if must_exist and not Path(path).exists():
+        raise StorageError(f"no database at {path!r} (give --db PATH)")
+    storage = Storage(
+        path,
+        read_timeout_s=settings["storage.read_timeout_s"],
+        memory_limit=settings["storage.memory_limit"],
+        threads=settings["storage.threads"],
+    )
+    try:
+        return storage.open()
+    except StorageError as exc:
+        if "lock" in str(exc).lower():
+            raise StorageError(
+                f"database {path!r} is in use by another process (a running `inferledger "
+                "serve`?); stop it first: DuckDB lets one process open the file"
+            ) from None
+        raise

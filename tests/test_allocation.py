@@ -449,6 +449,6 @@ def test_refresh_command(tmp_path, capsys):
     assert "nothing changed" in capsys.readouterr().out
     assert main(["refresh", "--db", str(tmp_path / "missing.duckdb")]) == 2
     assert capsys.readouterr().err.strip() == (
-        f"inferledger: no database at {tmp_path / 'missing.duckdb'}"
+        f"inferledger: no database at {str(tmp_path / 'missing.duckdb')!r} (give --db PATH)"
     )
     assert not (tmp_path / "missing.duckdb").exists()
