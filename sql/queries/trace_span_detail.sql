@@ -4,10 +4,8 @@
 -- docs/attributes.md); every other key comes from the span's attribute maps as received.
 with span as (
     select *
-    from stg_spans
-    where
-        trace_id = $trace_id and span_id = $span_id
-        and start_ns >= $from_ns and start_ns < $to_ns
+    from mapped_spans($trace_id, $from_ns, $to_ns)
+    where span_id = $span_id
     limit 1
 ),
 

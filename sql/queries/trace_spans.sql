@@ -1,5 +1,5 @@
 -- one row per span of trace $trace_id that started in [$from_ns, $to_ns), in start order, at
--- most $limit: what the waterfall draws (stg_spans: mapping rules applied). The window comes
+-- most $limit: what the waterfall draws (mapping rules applied, as in stg_spans). The window comes
 -- from trace_window.sql so the scan prunes by start_ns; the fallback passes the whole range.
 select
     span_id,
@@ -25,7 +25,6 @@ select
     task_id,
     attempt,
     fallback
-from stg_spans
-where trace_id = $trace_id and start_ns >= $from_ns and start_ns < $to_ns
+from mapped_spans($trace_id, $from_ns, $to_ns)
 order by start_ns, span_id
 limit $limit
