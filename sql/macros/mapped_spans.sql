@@ -6,7 +6,7 @@
 -- A value the span carries itself wins; otherwise the matching rule with the lowest priority
 -- (then lowest rule_id); stage also falls back to what gen_ai.operation.name implies.
 CREATE OR REPLACE MACRO mapped_spans(p_trace_id, p_from_ns, p_to_ns) AS TABLE
-with picked as (
+with picked as not materialized (
     select * from spans
     where
         (p_trace_id is null or trace_id = p_trace_id)
