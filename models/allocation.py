@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -55,10 +54,6 @@ def load_steps(file: str) -> tuple[Step, ...]:
 
 def hour_floor_ns(ns: int) -> int:
     return ns // HOUR_NS * HOUR_NS
-
-
-def hour_start(ns: int) -> datetime:
-    return datetime.fromtimestamp(hour_floor_ns(ns) / 1e9, UTC)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from models.allocation import DEFAULT_MAX_SCRAPE_GAP_NS, HOUR_NS, allocate_window
 from models.deployments import learn_replicas
 from models.efficiency import dirty_cache_hours, refresh_cache_hours, refresh_latency_hours
+from models.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
 
 if TYPE_CHECKING:
     import duckdb
@@ -273,14 +274,7 @@ def efficiency_hook(max_gap_s: float) -> WindowHook:
 
 def _window_hooks(max_gap_s: float) -> list[WindowHook]:
     """The marts computed per window after the cost marts, in order."""
-    hooks: list[WindowHook] = [efficiency_hook(max_gap_s)]
-    try:
-        from models.unit_economics import refresh_tasks_window
-    except ImportError:  # the task marts are not in this build yet
-        pass
-    else:
-        hooks.append(refresh_tasks_window)
-    return hooks
+    return [efficiency_hook(max_gap_s), refresh_tasks_window]
 
 
 class Refresher:
@@ -352,12 +346,7 @@ class Refresher:
 
         def finish(cur: duckdb.DuckDBPyConnection) -> None:
             if plan.marks.get("outcomes_received") is not None:
-                try:
-                    from models.unit_economics import refresh_tasks_for_outcomes
-                except ImportError:
-                    pass
-                else:
-                    refresh_tasks_for_outcomes(cur, plan.outcomes_since)
+                refresh_tasks_for_outcomes(cur, plan.outcomes_since)
             _save_marks(cur, plan.marks)
             cur.execute(
                 "insert into mart_refresh_log values ($s, $sec, $h, $r, $t)",
