@@ -31,14 +31,7 @@ represented as (
         sum(sum_s) over one_group as total_s,
         min(min_s) over one_group as group_min_s,
         max(max_s) over one_group as group_max_s,
-        least(greatest(
-            case
-                when bucket = 0 then 0
-                when bucket = 289 then max_s
-                else 2 * 0.001 * pow(10, (bucket - 1) / 48.0) * 0.001 * pow(10, bucket / 48.0)
-                    / (0.001 * pow(10, (bucket - 1) / 48.0) + 0.001 * pow(10, bucket / 48.0))
-            end,
-            min_s), max_s) as value_s
+        latency_bucket_value(bucket, min_s, max_s) as value_s
     from buckets
     window
         one_group as (partition by environment, app, route, stage),

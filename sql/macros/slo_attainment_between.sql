@@ -69,14 +69,7 @@ ranked as (
         cast(sum(b.count) over by_bucket as bigint) as cumulative,
         cast(sum(b.count) over by_bucket - b.count as bigint) as below,
         greatest(1, ceil(t.percentile * d.requests - 1e-9)) as rank,
-        least(greatest(
-            case
-                when b.bucket = 0 then 0
-                when b.bucket = 289 then b.max_s
-                else 2 * 0.001 * pow(10, (b.bucket - 1) / 48.0) * 0.001 * pow(10, b.bucket / 48.0)
-                    / (0.001 * pow(10, (b.bucket - 1) / 48.0) + 0.001 * pow(10, b.bucket / 48.0))
-            end,
-            b.min_s), b.max_s) as value_s
+        latency_bucket_value(b.bucket, b.min_s, b.max_s) as value_s
     from day_buckets as b
     inner join daily as d on d.day = b.day and d.objective = b.objective and d.route = b.route
     inner join slo_targets as t on t.target_id = d.target_id

@@ -38,14 +38,7 @@ represented as (
         cast(sum(count) over by_bucket as bigint) as cumulative,
         cast(sum(count) over by_bucket - count as bigint) as below,
         cast(sum(count) over (partition by stage) as bigint) as total,
-        least(greatest(
-            case
-                when bucket = 0 then 0
-                when bucket = 289 then max_s
-                else 2 * 0.001 * pow(10, (bucket - 1) / 48.0) * 0.001 * pow(10, bucket / 48.0)
-                    / (0.001 * pow(10, (bucket - 1) / 48.0) + 0.001 * pow(10, bucket / 48.0))
-            end,
-            min_s), max_s) as value_s
+        latency_bucket_value(bucket, min_s, max_s) as value_s
     from buckets
     window by_bucket as (
         partition by stage order by bucket rows between unbounded preceding and current row
