@@ -88,7 +88,8 @@ def test_app_filter_changes_the_stage_chart(ledger_server, page) -> None:
     page.wait_for_url("**app=code-assistant**", timeout=10_000)
     page.wait_for_function(
         "id => { const p = document.querySelector('#' + id + ' .js-plotly-plot');"
-        " return p && p.data.length && p.data[0].y[0].every(r => r === '/complete'); }",
+        " const y = p && p.data && p.data.length && p.data[0].y;"
+        " return y && y[0] && y[0].every(r => r === '/complete'); }",
         arg="latency-stages",
         timeout=10_000,
     )
