@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-import threading
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -27,10 +26,9 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import flask  # noqa: E402
-import requests  # noqa: E402
 
 from inferledger.browser_pages import PAGES, chromium, time_page  # noqa: E402
-from inferledger.server import Service  # noqa: E402
+from inferledger.server import serve_in_thread  # noqa: E402
 from inferledger.settings import load_settings  # noqa: E402
 
 READY_TARGET_MS = 1500.0
@@ -45,9 +43,8 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _time_callbacks(server: flask.Flask) -> list[tuple[str, float]]:
-    """Record the server time of every Dash callback (output ids, ms) as it is answered."""
-    timings: list[tuple[str, float]] = []
+def _time_callbacks(server: flask.Flask, timings: list[tuple[str, float]]) -> None:
+    """Record into `timings` the server time of every Dash callback (output ids, ms)."""
 
     @server.before_request
     def _start() -> None:
@@ -60,8 +57,6 @@ def _time_callbacks(server: flask.Flask) -> list[tuple[str, float]]:
             timings.append((output, (time.perf_counter() - flask.g.bench_started) * 1000))
         return response
 
-    return timings
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
@@ -72,19 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     port = free_port()
     overrides = {"db": args.db, "port": port, "log_level": "warning"}
     settings = load_settings(env={}).replace(auth__enabled=False, **overrides)
-    service = Service(settings).start()
-    callback_ms = _time_callbacks(service.dash_app.server)
-    thread = threading.Thread(
-        target=service.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
+    callback_ms: list[tuple[str, float]] = []
+    service, thread, url = serve_in_thread(
+        settings, lambda svc: _time_callbacks(svc.dash_app.server, callback_ms)
     )
-    thread.start()
-    url = f"http://127.0.0.1:{port}"
-    for _ in range(200):
-        try:
-            if requests.get(url + "/readyz", timeout=1).status_code == 200:
-                break
-        except requests.ConnectionError:
-            time.sleep(0.05)
     newest = service.storage.scalar("select max(hour) from mart_spend_hourly")
     if newest is None:
         print("the ledger is empty: run `inferledger refresh --db ...` first")

@@ -11,11 +11,7 @@ import argparse
 import io
 import socket
 import tempfile
-import threading
-import time
 from pathlib import Path
-
-import requests
 
 from inferledger.browser_pages import screenshot_pages
 from inferledger.errors import InferLedgerError
@@ -56,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=str(OUT), help=f"folder [{OUT}]")
     args = parser.parse_args(argv)
 
-    from inferledger.server import Service
+    from inferledger.server import serve_in_thread
     from inferledger.settings import load_settings
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,19 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(env={}).replace(
             db=str(db), port=port, log_level="warning", auth__enabled=False
         )
-        service = Service(settings).start()
-        thread = threading.Thread(
-            target=service.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
-        )
-        thread.start()
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.1)
+        service, thread, url = serve_in_thread(settings)
         trace = service.storage.scalar(
             "select trace_id from mart_requests where hosting = 'self_hosted' and app is not null"
             " order by prefill_cost + decode_cost desc limit 1"

@@ -301,3 +301,24 @@ def serve(settings: Settings) -> int:
         service.stop()
         raise
     return service.serve_forever()
+
+
+def serve_in_thread(
+    settings: Settings, before_serving: Callable[[Service], object] | None = None
+) -> tuple[Service, threading.Thread, str]:
+    """Start a Service and serve it from a daemon thread (tests, benchmarks, screenshots);
+    returns once it listens, with its URL. `before_serving` may hook the Flask app first.
+    Stop it with ``service.request_stop()`` and join the thread."""
+    service = Service(settings).start()
+    if before_serving is not None:
+        before_serving(service)
+    thread = threading.Thread(
+        target=service.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
+    )
+    thread.start()
+    if not wait_until(lambda: bool(service.listen_addresses) or not thread.is_alive(), 30):
+        raise StorageError("the service did not start listening in 30 s")
+    if not service.listen_addresses:
+        raise StorageError(f"cannot serve on {settings['host']}:{settings['port']}")
+    host, port = service.listen_addresses[0]
+    return service, thread, f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"

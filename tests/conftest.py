@@ -161,9 +161,8 @@ class LiveService:
 
 @pytest.fixture
 def live_factory(tmp_path: Path) -> Iterator:
-    import threading
 
-    from inferledger.server import Service
+    from inferledger.server import serve_in_thread
     from inferledger.settings import load_settings
 
     made: list[LiveService] = []
@@ -177,19 +176,7 @@ def live_factory(tmp_path: Path) -> Iterator:
             **overrides,
         }
         settings = load_settings(env={}).replace(port=port, **values)
-        svc = Service(settings).start()
-        thread = threading.Thread(
-            target=svc.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
-        )
-        thread.start()
-        url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(url + "/readyz", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                time.sleep(0.05)
+        svc, thread, url = serve_in_thread(settings)
         live = LiveService(svc, thread, url)
         made.append(live)
         return live
