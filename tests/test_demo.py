@@ -81,14 +81,18 @@ def test_history_goes_through_the_real_ingest_path(loaded):
     assert "ready: the dashboard is at http://127.0.0.1:" in out.getvalue()
     st = storage_of(demo)
     t0, start = demo.t0, demo.t0 - DAYS * DAY_S
-    # Traces: app spans and vLLM spans, joined CLIENT -> llm_request.
+    # Traces: app spans and vLLM spans, joined CLIENT -> llm_request. The history is the
+    # attempts whose root span ended before t0: an engine call can end before t0 inside an
+    # attempt that ends after it, and live traffic sends that attempt while the test runs.
     engine, linked = st.fetchall(
         """
         select count(*), count(c.span_id)
         from spans e left join spans c
           on c.trace_id = e.trace_id and c.span_id = e.parent_span_id and c.kind = 3
              and c.gen_ai_operation = 'chat' and c.gen_ai_provider = 'vllm'
-        where e.name = 'llm_request' and e.end_ns < ?
+        where e.name = 'llm_request' and e.trace_id in (
+            select trace_id from spans where parent_span_id is null and end_ns < $1
+        )
         """,
         [ns(t0)],
     )[0]
