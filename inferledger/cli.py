@@ -189,13 +189,28 @@ def _refresh(settings, *, full: bool) -> int:
     with open_for_command(settings) as storage:
         prepare_reference_data(storage, settings)
         result = Refresher(
-            storage, max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000
+            storage,
+            max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000,
+            log_failures=False,  # reported below, in one line
         ).refresh(full=full, trigger="cli")
     what = ", ".join(result.reasons) or "nothing changed"
     print(
         f"refreshed {result.hours} h in {result.windows} windows ({result.requests:,} requests) "
         f"in {result.seconds:.2f} s: {what}"
     )
+    if result.failed:
+        # One line, never a traceback (issue #17), and a non-zero exit for scripts and cron.
+        first = result.failed[0]
+        more = len(result.failed) - 1
+        retried = any(item.retried for item in result.failed)
+        print(
+            f"inferledger: refresh failed for {len(result.failed)} h (the other hours were "
+            f"refreshed): {first.when}: {first.error}"
+            + (f" (and {more} more hour{'s' if more > 1 else ''})" if more else "")
+            + ("; failed hours are retried on the next run" if retried else ""),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 

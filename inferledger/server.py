@@ -97,7 +97,9 @@ class Service:
         )
         self.scraper = Scraper(self.storage, self.metrics, settings["scrape.max_bytes"])
         self.refresher = Refresher(
-            self.storage, max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000
+            self.storage,
+            max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000,
+            metrics=self.metrics,
         )
         self.ready = threading.Event()
         self._inflight = 0

@@ -74,10 +74,23 @@ class ServiceMetrics:
             ["target"],
             registry=r,
         )
+        self.scrape_samples_dropped = Counter(
+            "inferledger_scrape_samples_dropped",
+            "Scraped samples not stored while the rest of their scrape was, by target and reason "
+            "(timestamp_out_of_bounds, counter_not_finite, counter_negative).",
+            ["target", "reason"],
+            registry=r,
+        )
         self.target_up = Gauge(
             "inferledger_scrape_target_up",
             "1 if the last scrape succeeded.",
             ["target"],
+            registry=r,
+        )
+        self.ledger_failed_hours = Gauge(
+            "inferledger_ledger_failed_hours",
+            "Hours whose cost marts the last ledger refresh could not recompute (each is logged "
+            "and retried on the next refresh; the other hours and the watermarks move on).",
             registry=r,
         )
         self.db_size_bytes = Gauge(

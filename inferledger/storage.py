@@ -206,7 +206,9 @@ class Storage:
         self._root = None
 
     def __enter__(self) -> Storage:
-        return self.open()
+        # open_for_command hands back an opened Storage that callers use in a `with`: opening
+        # it again would connect a second time and start a second writer on the same queue.
+        return self if self._root is not None else self.open()
 
     def __exit__(self, *exc: object) -> None:
         self.close()

@@ -35,7 +35,12 @@
 
 /* Bumped whenever the layout of the dict returned by decode() changes; otlp_decode.py refuses a
  * stale build instead of misreading it. */
-#define ABI_VERSION 2
+#define ABI_VERSION 3
+
+/* The accepted time window (otlp_decode.SpanWindow): spans start on or after 2000-01-01T00:00Z
+ * (otlp_decode.MIN_SPAN_NS) and end at most window_future_s after receipt. Without it, a span at
+ * 2^63-1 ns was stored and overflowed every refresh of its hour (issue #17). */
+#define MIN_SPAN_NS 946684800000000000ULL
 
 #define MAX_LEVEL 100 /* upb's default nesting limit for messages and groups */
 #define MAX_DEPTH 32  /* our limit on nested AnyValues (an attribute's own value is depth 1) */
@@ -198,6 +203,8 @@ typedef struct {
     int64_t nresources;
 
     int64_t total, rejected;
+    /* the time window; window_max_ns < 0: none (a plain decode) */
+    long long window_max_ns, window_future_s;
     int nerrors;
     char errors[MAX_ERRORS][ERR_LEN];
 
@@ -1602,6 +1609,11 @@ static int decode_span(Ctx *c, const uint8_t *p, size_t n, int32_t r_index, int3
         snprintf(reason, sizeof reason, "end_time_unix_nano is before start_time_unix_nano");
     else if (end > (uint64_t)INT64_MAX)
         snprintf(reason, sizeof reason, "end_time_unix_nano is out of range (> 2^63-1)");
+    else if (c->window_max_ns >= 0 && start < MIN_SPAN_NS)
+        snprintf(reason, sizeof reason, "start_time_unix_nano is before 2000-01-01T00:00:00Z");
+    else if (c->window_max_ns >= 0 && end > (uint64_t)c->window_max_ns)
+        snprintf(reason, sizeof reason, "end_time_unix_nano is more than %lld s after receipt",
+                 c->window_future_s);
     else {
         size_t k = 0;
         for (size_t i = 0; i < nitems && !reason[0]; i++) {
@@ -2157,9 +2169,11 @@ static PyTypeObject ExtractType = {
 
 static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwds) {
     (void)self;
-    static char *kwlist[] = {"data", "extract", NULL};
+    static char *kwlist[] = {"data", "extract", "window_max_ns", "window_future_s", NULL};
     PyObject *arg, *extract = Py_None;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:decode", kwlist, &arg, &extract))
+    long long window_max_ns = -1, window_future_s = 0;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|OLL:decode", kwlist, &arg, &extract,
+                                     &window_max_ns, &window_future_s))
         return NULL;
     if (extract != Py_None && !PyObject_TypeCheck(extract, &ExtractType)) {
         PyErr_SetString(PyExc_TypeError, "extract must be an Extract object or None");
@@ -2173,6 +2187,8 @@ static PyObject *py_decode(PyObject *self, PyObject *args, PyObject *kwds) {
         return PyErr_NoMemory();
     }
     c->base = view.buf;
+    c->window_max_ns = window_max_ns;
+    c->window_future_s = window_future_s;
     /* The args tuple keeps `extract` alive while the GIL is released; it is immutable. */
     if (extract != Py_None && ((ExtractObject *)extract)->n > 0) c->ex = (ExtractObject *)extract;
     PyObject *result = NULL;
@@ -2217,8 +2233,9 @@ static PyObject *py_format_double(PyObject *self, PyObject *arg) {
 
 static PyMethodDef methods[] = {
     {"decode", (PyCFunction)(void (*)(void))py_decode, METH_VARARGS | METH_KEYWORDS,
-     "decode(data, extract=None) -> dict of Arrow buffers for a serialized "
-     "ExportTraceServiceRequest."},
+     "decode(data, extract=None, window_max_ns=-1, window_future_s=0) -> dict of Arrow "
+     "buffers for a serialized ExportTraceServiceRequest; with window_max_ns >= 0, spans "
+     "starting before 2000-01-01 or ending after window_max_ns are rejected."},
     {"format_double", py_format_double, METH_O,
      "format_double(x) -> the attribute text of a double (equals repr(x)); for tests."},
     {NULL, NULL, 0, NULL}};

@@ -18,15 +18,20 @@ the same text the map would hold) and takes them out of the map when the value h
 protobuf type, so that storage neither keeps them twice nor looks them up by list position.
 
 Invalid spans are rejected one by one (counted, the first ten reasons kept); input that is not a
-well-formed request raises ``OtlpDecodeError``. Wire-format rules follow upb, which the reference
-decoder parses with, so both decoders accept and reject the same bytes.
+well-formed request raises ``OtlpDecodeError``. With a ``SpanWindow`` (ingest passes one, see
+ingest/span_writer.py), spans that start before 2000-01-01 or end more than a day after receipt
+are rejected too: a span near 2^63-1 ns overflowed every refresh of its hour (issue #17).
+Wire-format rules follow upb, which the reference decoder parses with, so both decoders accept
+and reject the same bytes.
 """
 
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import math
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -49,6 +54,7 @@ __all__ = [
     "ExtractKind",
     "ExtractSpec",
     "OtlpDecodeError",
+    "SpanWindow",
     "decode_traces",
     "decode_traces_python",
     "json_to_protobuf",
@@ -56,7 +62,7 @@ __all__ = [
 ]
 
 # The layout of the dict that ingest/_otlp_fast.c returns; must equal its ABI_VERSION.
-_C_ABI_VERSION = 2
+_C_ABI_VERSION = 3
 
 try:
     from ingest import _otlp_fast
@@ -72,6 +78,32 @@ MAX_ATTRIBUTE_DEPTH = 32  # nested AnyValue levels; an attribute's own value is 
 MAX_ERRORS = 10
 _INT64_MAX = 2**63 - 1
 _ZERO_SPAN_ID = bytes(8)
+
+#: Stored spans start on or after 2000-01-01T00:00:00Z (_otlp_fast.c MIN_SPAN_NS): earlier
+#: times are a missing or mis-scaled clock (seconds or microseconds sent as nanoseconds).
+MIN_SPAN_NS = 946_684_800 * 1_000_000_000
+#: ... and end at most this long after they are received: clock skew and batching, never more.
+#: Later times are a broken clock, and near 2^63-1 ns they overflowed the ledger's hour maths.
+MAX_SPAN_FUTURE_S = 86_400
+
+
+@dataclass(frozen=True)
+class SpanWindow:
+    """The times a span may have to be stored: ``MIN_SPAN_NS <= start`` and
+    ``end <= received_ns + future_s`` seconds; spans outside are rejected one by one."""
+
+    received_ns: int
+    future_s: int = MAX_SPAN_FUTURE_S
+
+    @classmethod
+    def at_receipt(cls, future_s: int = MAX_SPAN_FUTURE_S) -> SpanWindow:
+        """The window for a request received now."""
+        return cls(time.time_ns(), future_s)
+
+    @functools.cached_property  # read once per span by the Python decoder
+    def max_end_ns(self) -> int:
+        return max(0, min(self.received_ns + self.future_s * 1_000_000_000, _INT64_MAX))
+
 
 ATTRIBUTES_TYPE = pa.map_(pa.string(), pa.string())
 
@@ -230,16 +262,21 @@ class DecodedTraces:
 
 
 def decode_traces(
-    data: bytes, *, use_c: bool | None = None, extract: ExtractSpec | None = None
+    data: bytes,
+    *,
+    use_c: bool | None = None,
+    extract: ExtractSpec | None = None,
+    window: SpanWindow | None = None,
 ) -> DecodedTraces:
     """Decode a serialized ExportTraceServiceRequest; ``use_c=None`` picks C when it is built.
 
-    With ``extract``, the spans table gains the spec's columns (see ExtractSpec)."""
+    With ``extract``, the spans table gains the spec's columns (see ExtractSpec); with
+    ``window``, spans outside it are rejected (see SpanWindow)."""
     _check_extract(extract)
     if use_c is None:
         use_c = ACCELERATED
     if not use_c:
-        return decode_traces_python(data, extract=extract)
+        return decode_traces_python(data, extract=extract, window=window)
     if _otlp_fast is None:
         raise RuntimeError(
             "the C decoder ingest._otlp_fast is not built (or is stale); build it with "
@@ -253,7 +290,10 @@ def decode_traces(
         if compiled is None:  # the spec was built while the extension was unavailable (tests)
             compiled = _otlp_fast.Extract(extract.pairs)
     try:
-        raw = _otlp_fast.decode(data, compiled)
+        if window is None:
+            raw = _otlp_fast.decode(data, compiled)
+        else:
+            raw = _otlp_fast.decode(data, compiled, window.max_end_ns, window.future_s)
     except _otlp_fast.DecodeError as exc:
         raise OtlpDecodeError(str(exc)) from None
     n_spans = raw["n_spans"]
@@ -313,7 +353,9 @@ def _table_from_buffers(schema: pa.Schema, length: int, columns: dict[str, Any])
 # --- the reference decoder --------------------------------------------------------------------
 
 
-def decode_traces_python(data: bytes, *, extract: ExtractSpec | None = None) -> DecodedTraces:
+def decode_traces_python(
+    data: bytes, *, extract: ExtractSpec | None = None, window: SpanWindow | None = None
+) -> DecodedTraces:
     """Decode with upb and Python loops; the fallback, and the oracle the C decoder must match."""
     _check_extract(extract)
     span_schema = SPAN_SCHEMA if extract is None else extract.span_schema
@@ -347,7 +389,7 @@ def decode_traces_python(data: bytes, *, extract: ExtractSpec | None = None) -> 
             scopes["scope_attributes"].append(_attribute_pairs(scope.attributes))
             for i_pos, span in enumerate(scope_spans.spans):
                 total += 1
-                reason = _span_rejection(span)
+                reason = _span_rejection(span, window)
                 if reason is not None:
                     rejected += 1
                     if len(errors) < MAX_ERRORS:
@@ -371,7 +413,7 @@ def _table_from_lists(schema: pa.Schema, columns: dict[str, list[Any]]) -> pa.Ta
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def _span_rejection(span: Span) -> str | None:
+def _span_rejection(span: Span, window: SpanWindow | None = None) -> str | None:
     """Why a span cannot be stored, or None. Same rules, order and words as _otlp_fast.c."""
     if len(span.trace_id) != 16:
         return f"trace_id must be 16 bytes, got {len(span.trace_id)}"
@@ -385,14 +427,20 @@ def _span_rejection(span: Span) -> str | None:
         return f"parent_span_id must be 0 or 8 bytes, got {len(span.parent_span_id)}"
     if not span.name:
         return "name is required"
-    if span.start_time_unix_nano == 0:
+    start, end = span.start_time_unix_nano, span.end_time_unix_nano
+    if start == 0:
         return "start_time_unix_nano is required"
-    if span.start_time_unix_nano > _INT64_MAX:
+    if start > _INT64_MAX:
         return "start_time_unix_nano is out of range (> 2^63-1)"
-    if span.end_time_unix_nano < span.start_time_unix_nano:
+    if end < start:
         return "end_time_unix_nano is before start_time_unix_nano"
-    if span.end_time_unix_nano > _INT64_MAX:
+    if end > _INT64_MAX:
         return "end_time_unix_nano is out of range (> 2^63-1)"
+    if window is not None:
+        if start < MIN_SPAN_NS:
+            return "start_time_unix_nano is before 2000-01-01T00:00:00Z"
+        if end > window.max_end_ns:
+            return f"end_time_unix_nano is more than {window.future_s} s after receipt"
     for k, event in enumerate(span.events):
         if event.time_unix_nano > _INT64_MAX:
             return f"events[{k}].time_unix_nano is out of range (> 2^63-1)"

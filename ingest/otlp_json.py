@@ -77,6 +77,10 @@ _INT32_MIN, _INT32_MAX = -(2**31), 2**31 - 1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT32_MAX = 2**32 - 1
 _UINT64_MAX = 2**64 - 1
+# A (u)int64 has at most 20 digits. The fast paths read only strings this short: int() of a
+# longer one may raise ValueError (Python's 4300-digit limit) and costs time quadratic in its
+# length; the general path (_integer) turns such strings into a clear 400.
+_MAX_INT_DIGITS = 20
 # The field types OTLP traces use (others are refused when the tables are built), with their
 # wire type and the range upb's setters enforce.
 _WIRE_TYPE = {
@@ -528,7 +532,12 @@ class _Encoder:
             value = get(key)
             if value is not None:
                 seen += 1
-                if type(value) is str and value.isascii() and value.isdigit():
+                if (
+                    type(value) is str
+                    and len(value) <= _MAX_INT_DIGITS
+                    and value.isascii()
+                    and value.isdigit()
+                ):
                     value = int(value)
                 if type(value) is not int or not 0 <= value <= _UINT64_MAX:
                     return None
@@ -613,7 +622,12 @@ class _Encoder:
                                 append(prefix + data)
                                 continue
                     elif kind == "intValue":
-                        if type(value) is str and value.isascii() and value.isdigit():
+                        if (
+                            type(value) is str
+                            and len(value) <= _MAX_INT_DIGITS
+                            and value.isascii()
+                            and value.isdigit()
+                        ):
                             value = int(value)
                         if type(value) is int and _INT64_MIN <= value <= _INT64_MAX:
                             data = _VARINTS[value] if 0 <= value < 16384 else _varint(value)

@@ -196,9 +196,18 @@ def _parse_time(text: str) -> datetime:
             raise ValueError(f"has an invalid UTC offset {zone!r}")
         tz = timezone(sign * timedelta(hours=hours, minutes=minutes))
     try:
-        return datetime(year, month, day, hour, minute, second, micros, tzinfo=tz)
+        when = datetime(year, month, day, hour, minute, second, micros, tzinfo=tz)
     except ValueError as exc:
         raise ValueError(f"is not a valid time: {exc}") from None
+    try:
+        # Stored and hashed in UTC: 0001-01-01T00:00:00+01:00 is a valid time whose UTC lies
+        # before year 1, where the conversion raised OverflowError (a 500; issue #17).
+        when.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"is out of range: {text!r} in UTC lies outside years 0001 to 9999"
+        ) from None
+    return when
 
 
 def _text(value: object) -> str:
@@ -208,6 +217,12 @@ def _text(value: object) -> str:
         raise ValueError("must not be empty (leave it out instead)")
     if len(value) > MAX_TEXT_CHARS:
         raise ValueError(f"must be at most {MAX_TEXT_CHARS} characters, got {len(value)}")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        # JSON's "\ud800" escape parses to a lone surrogate, which no UTF-8 text (nor the
+        # database) can hold: it failed at storage time with a 500 (issue #17).
+        raise ValueError("contains an unpaired surrogate (\\ud800-\\udfff)") from None
     return value
 
 
@@ -357,6 +372,11 @@ def parse_outcomes_json(body: bytes) -> list[Outcome]:
         doc = json.loads(body, object_pairs_hook=_object_pairs)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise OutcomeValidationError([f"body is not valid JSON: {exc}"]) from None
+    except RecursionError:  # json.loads recurses once per nested array or object
+        raise OutcomeValidationError(["body is not valid JSON: it is nested too deeply"]) from None
+    except ValueError as exc:  # an integer past Python's 4300 digits ("Exceeds the limit ...")
+        reason = str(exc).split(":", 1)[0]
+        raise OutcomeValidationError([f"body is not valid JSON: {reason}"]) from None
     if not isinstance(doc, dict):
         raise OutcomeValidationError(
             ['body must be a JSON object: one outcome, or {"outcomes": [...]}']

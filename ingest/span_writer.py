@@ -14,7 +14,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.otlp_decode import DecodedTraces, decode_traces, make_extract_spec
+from ingest.otlp_decode import DecodedTraces, SpanWindow, decode_traces, make_extract_spec
 
 # The span attributes the product reads (docs/attributes.md). The decoder returns each as a text
 # column "a:<key>" and leaves it out of the attribute lists when its value has the expected type,
@@ -61,8 +61,9 @@ SPAN_EXTRACT = make_extract_spec(
 
 
 def decode_for_storage(data: bytes) -> DecodedTraces:
-    """Decode an OTLP request body the way insert_spans expects it."""
-    return decode_traces(data, extract=SPAN_EXTRACT)
+    """Decode an OTLP request body the way insert_spans expects it: spans outside the time
+    window around now are rejected (a spool replay, later, is only more lenient)."""
+    return decode_traces(data, extract=SPAN_EXTRACT, window=SpanWindow.at_receipt())
 
 
 def _split_map(table: pa.Table, column: str, keys: str, values: str) -> pa.Table:

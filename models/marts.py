@@ -12,8 +12,17 @@ What makes an hour dirty (docs/cost-model.md, docs/operations.md):
 Each run reads its watermarks inside a write operation (the writer is the only one who writes,
 so nothing committed is missed), then recomputes the dirty hours in windows of at most
 ``max_window_hours`` contiguous hours, each window one write transaction, so ingest interleaves
-with a long rebuild. A window is all-or-nothing; a failed window leaves the watermarks where
-they were, and the next run retries it.
+with a long rebuild. A window is all-or-nothing.
+
+One failing window does not stop the others (issue #17: one span near 2^63-1 ns, stored before
+ingest checked times, overflowed its hour and so every refresh). A window that fails on its
+data is retried hour by hour; the hours that still fail are logged (one line each), counted in
+``RefreshResult.failed`` and the ``inferledger_ledger_failed_hours`` gauge, and recorded in
+``mart_refresh_state`` (``failed_hour:<ns>`` rows), so the next run retries them while the
+watermarks move on. The hour from 2262-04-11T23:00Z, whose end int64 nanoseconds cannot hold, is
+never computed: its spans are reported once, as a failed hour that is not retried. Errors of
+the storage itself (closed, overloaded) still fail the whole run and leave the watermarks where
+they were; so does a failure while planning or saving a run (RefreshError).
 """
 
 from __future__ import annotations
@@ -26,14 +35,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+import duckdb
+
+from inferledger.errors import InferLedgerError
 from models.allocation import DEFAULT_MAX_SCRAPE_GAP_NS, HOUR_NS, allocate_window
 from models.deployments import learn_replicas
 from models.efficiency import dirty_cache_hours, refresh_cache_hours, refresh_latency_hours
 from models.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
 
 if TYPE_CHECKING:
-    import duckdb
-
+    from inferledger.service_metrics import ServiceMetrics
     from inferledger.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -41,6 +52,39 @@ log = logging.getLogger(__name__)
 #: Hooks run after allocate_window for the same window, in the same transaction:
 #: fn(cur, h0_ns, h1_ns). Efficiency and task marts register here (see _window_hooks()).
 WindowHook = Callable[["duckdb.DuckDBPyConnection", int, int], Any]
+
+#: What a window's own data can make the marts' SQL and maths raise (an overflow, a value out
+#: of range). Anything else, StorageError included, fails the whole run as before.
+_WINDOW_ERRORS = (duckdb.Error, ArithmeticError, ValueError)
+_FAILED_PREFIX = "failed_hour:"
+#: The last hour whose end fits in int64 nanoseconds. The next one (2262-04-11T23:00Z) cannot be
+#: computed at all, with or without data: its spans are reported, never retried.
+_LAST_HOUR_NS = ((2**63 - 1) // HOUR_NS - 1) * HOUR_NS
+_BEYOND_INT64 = (
+    "spans start or end in the last hour int64 nanoseconds can hold, which the ledger cannot "
+    "compute; they are left out (ingest rejects such times since issue #17)"
+)
+
+
+class RefreshError(InferLedgerError):
+    """A refresh failed outside any one window (planning, saving); ``str(exc)`` is one line."""
+
+
+@dataclass(frozen=True, slots=True)
+class FailedHour:
+    """An hour whose marts could not be recomputed; retried on the next run, except the last
+    hour of int64 nanoseconds, which no run can compute (``retried`` is False)."""
+
+    hour_ns: int
+    error: str  # one line
+
+    @property
+    def when(self) -> str:
+        return hour_text(self.hour_ns)
+
+    @property
+    def retried(self) -> bool:
+        return self.hour_ns <= _LAST_HOUR_NS
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +94,20 @@ class RefreshResult:
     requests: int
     seconds: float
     reasons: tuple[str, ...] = field(default=())
+    failed: tuple[FailedHour, ...] = field(default=())
+
+
+def hour_text(hour_ns: int) -> str:
+    """``2026-05-28T14:00Z`` for an hour start in Unix ns (any int64 one)."""
+    try:
+        return datetime.fromtimestamp(hour_ns // 1_000_000_000, UTC).strftime("%Y-%m-%dT%H:%MZ")
+    except (OverflowError, ValueError, OSError):
+        return f"the hour at {hour_ns} ns"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +278,14 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int)
             reasons.append(f"outcomes ({len(rows)} h)")
         marks["outcomes_received"] = (new_outcomes_mark, None)
 
+    retry = cur.execute(
+        "select value_int from mart_refresh_state where starts_with(name, $p)",
+        {"p": _FAILED_PREFIX},
+    ).fetchall()
+    if retry:
+        hours.update(int(h) for (h,) in retry)
+        reasons.append(f"failed before ({len(retry)} h)")
+
     if full:
         reasons.insert(0, "full rebuild")
     return _Plan(
@@ -240,6 +306,20 @@ def windows(hours: Sequence[int], max_hours: int) -> list[tuple[int, int]]:
         else:
             out.append((h, h + HOUR_NS))
     return out
+
+
+def _save_failed(cur: duckdb.DuckDBPyConnection, failed: Sequence[FailedHour]) -> None:
+    """Record this run's failed hours in place of the last run's: every hour recorded then was
+    in this run's plan, so it either succeeded now or is recorded again."""
+    cur.execute("delete from mart_refresh_state where starts_with(name, $p)", {"p": _FAILED_PREFIX})
+    for item in failed:
+        cur.execute(
+            """
+            insert or replace into mart_refresh_state (name, value_ts, value_int, updated_at)
+            values ($n, null, $h, current_timestamp)
+            """,
+            {"n": f"{_FAILED_PREFIX}{item.hour_ns}", "h": item.hour_ns},
+        )
 
 
 def _save_marks(cur: duckdb.DuckDBPyConnection, marks: dict[str, Any]) -> None:
@@ -287,8 +367,12 @@ class Refresher:
         max_window_hours: int = 6,
         max_scrape_gap_ns: int = DEFAULT_MAX_SCRAPE_GAP_NS,
         hooks: Iterable[WindowHook] | None = None,
+        metrics: ServiceMetrics | None = None,
+        log_failures: bool = True,
     ) -> None:
         self.storage = storage
+        self.metrics = metrics
+        self.log_failures = log_failures  # False: the caller reports RefreshResult.failed
         self.max_window_hours = max_window_hours
         self.max_scrape_gap_ns = max_scrape_gap_ns
         self.hooks = list(_window_hooks(max_scrape_gap_ns / 1e9) if hooks is None else hooks)
@@ -316,8 +400,16 @@ class Refresher:
         return ts
 
     def refresh(self, *, full: bool = False, trigger: str = "scheduler") -> RefreshResult:
+        """Bring the marts up to date; a failing hour is in ``RefreshResult.failed``. Raises
+        RefreshError (one line) when planning or saving the run fails: nothing is saved then."""
         with self._lock:
-            return self._refresh(full=full, trigger=trigger)
+            try:
+                return self._refresh(full=full, trigger=trigger)
+            except _WINDOW_ERRORS as exc:
+                raise RefreshError(
+                    f"ledger refresh failed: {_one_line(exc)}; no watermark moved, the next run "
+                    "retries"
+                ) from exc
 
     def _refresh(self, *, full: bool, trigger: str) -> RefreshResult:
         started = time.perf_counter()
@@ -327,16 +419,29 @@ class Refresher:
             lambda cur: _plan(cur, full=full, max_scrape_gap_ns=self.max_scrape_gap_ns)
         )
         total_requests = 0
-        runs = windows(plan.hours, self.max_window_hours)
+        failed = [FailedHour(h, _BEYOND_INT64) for h in plan.hours if h > _LAST_HOUR_NS]
+        runs = windows([h for h in plan.hours if h <= _LAST_HOUR_NS], self.max_window_hours)
         for h0, h1 in runs:
-
-            def op(cur: duckdb.DuckDBPyConnection, h0: int = h0, h1: int = h1) -> int:
-                result = allocate_window(cur, h0, h1, max_scrape_gap_ns=self.max_scrape_gap_ns)
-                for hook in self.hooks:
-                    hook(cur, h0, h1)
-                return result.requests
-
-            total_requests += self.storage.write(op)
+            try:
+                total_requests += self._refresh_window(h0, h1)
+                continue
+            except _WINDOW_ERRORS as exc:
+                if h1 - h0 == HOUR_NS:
+                    failed.append(FailedHour(h0, _one_line(exc)))
+                    continue
+            # Hour by hour, so that one bad hour does not hold back its neighbours.
+            for h in range(h0, h1, HOUR_NS):
+                try:
+                    total_requests += self._refresh_window(h, h + HOUR_NS)
+                except _WINDOW_ERRORS as exc:
+                    failed.append(FailedHour(h, _one_line(exc)))
+        for item in failed if self.log_failures else ():
+            log.error(
+                "ledger refresh: hour %s failed%s: %s",
+                item.when,
+                " and is retried on the next run" if item.retried else "",
+                item.error,
+            )
         if plan.cache_hours:
             cache_hours = [
                 datetime.fromtimestamp(h // 1_000_000_000, UTC) for h in plan.cache_hours
@@ -348,6 +453,7 @@ class Refresher:
             if plan.marks.get("outcomes_received") is not None:
                 refresh_tasks_for_outcomes(cur, plan.outcomes_since)
             _save_marks(cur, plan.marks)
+            _save_failed(cur, [item for item in failed if item.retried])
             cur.execute(
                 "insert into mart_refresh_log values ($s, $sec, $h, $r, $t)",
                 {
@@ -366,18 +472,33 @@ class Refresher:
             requests=total_requests,
             seconds=time.perf_counter() - started,
             reasons=plan.reasons,
+            failed=tuple(failed),
         )
+        if self.metrics is not None:
+            self.metrics.ledger_failed_hours.set(len(failed))
         self.last = result
         if plan.hours:
             log.info(
-                "ledger refreshed %d h in %d windows (%d requests) in %.2f s: %s",
+                "ledger refreshed %d h in %d windows (%d requests) in %.2f s: %s%s",
                 result.hours,
                 result.windows,
                 result.requests,
                 result.seconds,
                 ", ".join(result.reasons),
+                f"; {len(failed)} h failed" if failed else "",
             )
         return result
+
+    def _refresh_window(self, h0: int, h1: int) -> int:
+        """Recompute the marts of hours [h0, h1) in one transaction; the requests allocated."""
+
+        def op(cur: duckdb.DuckDBPyConnection) -> int:
+            result = allocate_window(cur, h0, h1, max_scrape_gap_ns=self.max_scrape_gap_ns)
+            for hook in self.hooks:
+                hook(cur, h0, h1)
+            return result.requests
+
+        return self.storage.write(op)
 
 
 def refresh(storage: Storage, *, full: bool = False) -> RefreshResult:

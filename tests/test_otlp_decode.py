@@ -35,6 +35,7 @@ from ingest.otlp_decode import (
     DecodedTraces,
     ExtractSpec,
     OtlpDecodeError,
+    SpanWindow,
     decode_traces,
     decode_traces_python,
     make_extract_spec,
@@ -515,6 +516,57 @@ def test_edge_values_that_are_accepted(use_c: bool) -> None:
     assert decoded.spans.column("end_ns").to_pylist() == [T0 + 1000, T0, 2**63 - 1, T0 + 1000]
 
 
+# --- the time window (issue #17: a span at 2^63-1 ns overflowed every refresh of its hour) -----
+
+WINDOW = SpanWindow(received_ns=T0, future_s=3600)  # spans may end up to an hour after T0
+HOUR = 3600 * 10**9
+WINDOW_REJECTIONS = [
+    ({"start_time_unix_nano": 2**63 - 1, "end_time_unix_nano": 2**63 - 1},
+     "end_time_unix_nano is more than 3600 s after receipt"),
+    ({"start_time_unix_nano": T0, "end_time_unix_nano": 2**63 - 1},
+     "end_time_unix_nano is more than 3600 s after receipt"),
+    ({"start_time_unix_nano": T0 + HOUR + 1, "end_time_unix_nano": T0 + HOUR + 2},
+     "end_time_unix_nano is more than 3600 s after receipt"),
+    ({"start_time_unix_nano": 1, "end_time_unix_nano": T0},
+     "start_time_unix_nano is before 2000-01-01T00:00:00Z"),
+    ({"start_time_unix_nano": 1_700_000_000, "end_time_unix_nano": 1_700_000_001},
+     "start_time_unix_nano is before 2000-01-01T00:00:00Z"),  # seconds sent as nanoseconds
+    ({"start_time_unix_nano": otlp_decode.MIN_SPAN_NS - 1, "end_time_unix_nano": T0},
+     "start_time_unix_nano is before 2000-01-01T00:00:00Z"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("use_c", DECODERS)
+@pytest.mark.parametrize(("fields", "reason"), WINDOW_REJECTIONS)
+def test_span_outside_the_window_is_rejected_and_neighbours_survive(
+    use_c: bool, fields: dict[str, object], reason: str
+) -> None:
+    data = request_of(make_span("before"), make_span("bad", **fields), make_span("after"))
+    decoded = decode_traces(data, use_c=use_c, window=WINDOW)
+    assert decoded.spans.column("name").to_pylist() == ["before", "after"]
+    assert (decoded.total_spans, decoded.rejected_spans) == (3, 1)
+    assert decoded.errors == (f"resource_spans[0].scope_spans[0].spans[1]: {reason}",)
+    assert_same(decode_traces_python(data, window=WINDOW), decoded)
+    # Without a window (a plain decode) the span is kept: only ingest applies the window.
+    assert decode_traces(data, use_c=use_c).rejected_spans == 0
+
+
+@pytest.mark.parametrize("use_c", DECODERS)
+def test_window_edges_are_accepted(use_c: bool) -> None:
+    data = request_of(
+        make_span("first instant", start_time_unix_nano=otlp_decode.MIN_SPAN_NS),
+        make_span("last instant", end_time_unix_nano=T0 + HOUR),
+        make_span("event far out", events=[Span.Event(time_unix_nano=2**63 - 1)]),
+    )
+    decoded = decode_traces(data, use_c=use_c, window=WINDOW)
+    assert decoded.rejected_spans == 0 and decoded.spans.num_rows == 3
+
+
+def test_window_end_saturates_below_int64() -> None:
+    assert SpanWindow(2**63 - 10, 10**9).max_end_ns == 2**63 - 1
+    assert SpanWindow(T0).max_end_ns == T0 + otlp_decode.MAX_SPAN_FUTURE_S * 10**9
+
+
 @pytest.mark.parametrize("use_c", DECODERS)
 def test_rejection_messages_name_their_position_and_keep_ten(use_c: bool) -> None:
     request = ExportTraceServiceRequest()
@@ -944,6 +996,11 @@ def test_c_and_python_decoders_agree_on_random_requests(
     extracted = decode_traces_python(data, extract=spec)
     assert_same(decode_traces(data, use_c=True, extract=spec), extracted)
     assert_extraction(request, spec, plain, extracted)
+    window = SpanWindow(T0 + 10**12, 60)  # T0-based spans straddle its end
+    assert_same(
+        decode_traces(data, use_c=True, extract=spec, window=window),
+        decode_traces_python(data, extract=spec, window=window),
+    )
 
 
 def outcome(data: bytes, use_c: bool, extract: ExtractSpec | None = None) -> DecodedTraces | str:

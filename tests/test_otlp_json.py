@@ -618,6 +618,16 @@ ERRORS = [
     (body_of(attr_doc({"intValue": "12 "})),
      f"invalid OTLP/JSON: {SPAN_PATH}.attributes[0].value.intValue must be an integer (a number "
      'or a numeric string), got the string "12 "'),
+    # 5000 digits: int() raises ValueError past 4300, which the fast paths let out (a 500)
+    (body_of(span_doc(startTimeUnixNano="1" * 5000)),
+     f"invalid OTLP/JSON: {SPAN_PATH}.startTimeUnixNano must be an integer (a number or a numeric "
+     'string), got the string "' + "1" * 36 + "..."),
+    (body_of(span_doc(endTimeUnixNano="9" * 5000)),
+     f"invalid OTLP/JSON: {SPAN_PATH}.endTimeUnixNano must be an integer (a number or a numeric "
+     'string), got the string "' + "9" * 36 + "..."),
+    (body_of(attr_doc({"intValue": "1" * 5000})),
+     f"invalid OTLP/JSON: {SPAN_PATH}.attributes[0].value.intValue must be an integer (a number "
+     'or a numeric string), got the string "' + "1" * 36 + "..."),
     (body_of(attr_doc({"intValue": str(2**63)})),
      f"invalid OTLP/JSON: {SPAN_PATH}.attributes[0].value.intValue is out of range: "
      "9223372036854775808"),

@@ -19,6 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from inferledger.cli import main
+from inferledger.errors import QueueFullError
 from inferledger.fixtures import BASE_NS
 from inferledger.storage import Storage
 from models.otlp import add_attribute
@@ -269,6 +270,32 @@ BAD_BODIES = [
         {"outcomes": [GOOD] * 10_001},
         "outcomes: at most 10000 per request, got 10001; send them in several requests",
     ),
+    # Hostile input that answered 500 before issue #17: a lone surrogate reached the database,
+    # json.loads raised RecursionError or ValueError, the conversion to UTC OverflowError.
+    (
+        b'{"task_id": "\\ud800", "outcome": "accepted"}',
+        "task_id: contains an unpaired surrogate (\\ud800-\\udfff)",
+    ),
+    (
+        b'{"task_id": "t1", "reviewer": "a\\udc00b", "outcome": "accepted"}',
+        "reviewer: contains an unpaired surrogate",
+    ),
+    (b"[" * 10_000 + b"]" * 10_000, "body is not valid JSON: it is nested too deeply"),
+    (
+        b'{"task_id": "t1", "outcome": "accepted", "score": {"a": ' * 5_000 + b"1" + b"}" * 5_000,
+        "body is not valid JSON: it is nested too deeply",
+    ),
+    (
+        b'{"task_id": "t1", "outcome": "accepted", "score": ' + b"1" * 5_000 + b"}",
+        "body is not valid JSON: Exceeds the limit (4300 digits) for integer string conversion",
+    ),
+    ({**GOOD, "review_seconds": 10**400}, "review_seconds: must be a finite number"),
+    (
+        {**GOOD, "decided_at": "0001-01-01T00:00:00+01:00"},
+        "decided_at: is out of range: '0001-01-01T00:00:00+01:00' in UTC lies outside years "
+        "0001 to 9999",
+    ),
+    ({**GOOD, "decided_at": "9999-12-31T23:59:59-00:01"}, "decided_at: is out of range"),
 ]
 
 
@@ -352,8 +379,16 @@ def test_full_write_queue_answers_503_with_retry_after(live_factory) -> None:
     live = live_factory(ingest__queue_max_spans=1000, ingest__retry_after_s=3)
     storage = live.storage
     release = threading.Event()
-    # Occupy the single writer and fill its queue, as a burst of spans would.
-    blocker = storage.submit(lambda _cur: release.wait(30), units=1000)
+    # Occupy the single writer and fill its queue, as a burst of spans would. The server's
+    # first ledger refresh may still hold a unit at start: wait until the queue has room.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            blocker = storage.submit(lambda _cur: release.wait(30), units=1000)
+            break
+        except QueueFullError:
+            assert time.monotonic() < deadline, "the startup writes never drained"
+            time.sleep(0.01)
     try:
         resp = post(live, GOOD)
         assert resp.status_code == 503
@@ -531,6 +566,21 @@ def test_csv_import_into_a_database_file(tmp_path, capsys) -> None:
     err = capsys.readouterr().err
     assert err.endswith("typo.duckdb' does not exist\n") and err.count("\n") == 1
     assert not (tmp_path / "typo.duckdb").exists()
+
+
+@pytest.mark.parametrize(
+    "cell", ["0001-01-01T00:30:00+01:00", "9999-12-31T23:30:00-01:00", "1" * 5000]
+)
+def test_csv_import_of_hostile_cells_prints_one_line(tmp_path, capsys, cell: str) -> None:
+    # Year-1 dates with an offset printed an OverflowError traceback before issue #17.
+    db = tmp_path / "ledger.duckdb"
+    path = write(tmp_path, f"task_id,outcome,decided_at\nt1,accepted,2026-05-28T10:00:00Z\n"
+                           f"t2,accepted,{cell}\n")  # fmt: skip
+    assert main(["outcomes", "import", str(path), "--db", str(db)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("inferledger: outcomes.csv line 3: decided_at: ")
+    assert err.endswith("; nothing was stored\n") and err.count("\n") == 1
+    assert not db.exists()
 
 
 def test_csv_import_into_a_database_a_server_holds_points_to_url(server_factory, tmp_path) -> None:

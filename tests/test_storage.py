@@ -144,3 +144,20 @@ def test_views_of_an_older_version_are_replaced_even_when_columns_changed(tmp_pa
         assert st.scalar("select count(*) from spend_daily") == 0
         cols = {r[0] for r in st.fetchall("describe spend_hourly")}
         assert "failed_requests" in cols
+
+
+def test_with_on_an_opened_storage_does_not_open_it_again(tmp_path: Path) -> None:
+    # open_for_command returns an opened Storage that commands use in a `with`; opening it a
+    # second time started a second writer on the same queue, and close() then waited 30 s
+    # whenever the wrong writer took the stop signal (found while hardening `refresh`, #17).
+    def writers() -> set[threading.Thread]:
+        return {t for t in threading.enumerate() if t.name == "storage-writer" and t.is_alive()}
+
+    before = writers()  # other tests' storages may still be open in this process
+    st = Storage(tmp_path / "a.duckdb").open()
+    with st as same:
+        assert same is st
+        ours = writers() - before
+        assert len(ours) == 1
+        same.write(lambda cur: cur.execute("create table t (x int)"))
+    assert not any(t.is_alive() for t in ours)
