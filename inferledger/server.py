@@ -70,6 +70,8 @@ class Service:
             self.spool,
             self.metrics,
             max_pending_spans=settings["ingest.queue_max_spans"],
+            max_pending_bytes=settings["ingest.queue_max_bytes"],
+            write_attempts=settings["ingest.write_attempts"],
         )
         self.receiver = TraceReceiver(
             self.ingestor,
@@ -77,6 +79,7 @@ class Service:
             ingest_keys=settings["ingest.keys"],
             max_body_bytes=settings["ingest.max_body_bytes"],
             retry_after_s=settings["ingest.retry_after_s"],
+            inflight_max_bytes=settings["ingest.queue_max_bytes"],
         )
         self.outcome_receiver = OutcomeReceiver(
             self.storage,

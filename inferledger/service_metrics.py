@@ -31,6 +31,12 @@ class ServiceMetrics:
             ["reason"],
             registry=r,
         )
+        self.ingest_quarantined = Counter(
+            "inferledger_ingest_requests_quarantined",
+            "Accepted OTLP requests that could not be written after bounded retries (or replayed)"
+            " and were moved to the spool's failed/ folder.",
+            registry=r,
+        )
         self.http_requests = Counter(
             "inferledger_http_requests",
             "HTTP requests answered by the ingest and health endpoints.",

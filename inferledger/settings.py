@@ -266,6 +266,22 @@ SETTINGS: tuple[Setting, ...] = (
         _int_range(1000, 100_000_000),
     ),
     Setting(
+        "ingest.queue_max_bytes",
+        256 * 1024 * 1024,
+        "Bytes of decoded spans accepted but not yet written at most (what large attributes such "
+        "as prompts cost in memory), and, separately, bytes of /v1/traces bodies being read and "
+        "decoded at once (about twice their size); beyond either /v1/traces answers 503 + "
+        "Retry-After. Ingest holds at most about twice this in memory.",
+        _int_range(1024 * 1024, 2**40),
+    ),
+    Setting(
+        "ingest.write_attempts",
+        5,
+        "Attempts to write one accepted request (pauses of 0.5 s, 1 s, 2 s... between) before "
+        "it is moved to the spool's failed/ folder so the requests behind it keep flowing.",
+        _int_range(1, 100),
+    ),
+    Setting(
         "ingest.spool_dir",
         "",
         "Folder of the durable spool of accepted requests not yet written to the database; "

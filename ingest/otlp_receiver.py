@@ -8,7 +8,8 @@ Answers (https://opentelemetry.io/docs/specs/otlp/#otlphttp-response):
 - 400 with a google.rpc.Status for a body that cannot be decoded; 401 for a missing or wrong
   ingest key; 405; 413 for a body over the limit *after* decompression (a gzip bomb is stopped
   once the limit is passed, never inflated fully); 415 for another content type or encoding;
-  503 + Retry-After when too many accepted spans wait to be written.
+  503 + Retry-After when too many accepted spans, or too many bytes of them, wait to be written
+  (ingest.queue_max_spans, ingest.queue_max_bytes).
 The response uses the request's content type (protobuf or JSON). Nothing is written unless the
 answer is 200. This module knows nothing of Flask; inferledger/server.py adapts it.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _READ_CHUNK = 1 << 20
+_OVERLOADED = "ingest is overloaded (too many spans waiting to be written); retry later"
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ def read_body(
 
     The compressed body is read in chunks and inflated with ``max_length`` so that at most
     ``limit + 1`` bytes are ever produced: a gzip bomb costs us ``limit`` bytes, not its size.
+    A gzip body may hold several members (concatenated streams, RFC 1952 section 2.2); every
+    one is inflated, and anything after a member that is not another member is a 400.
     """
     encoding = (content_encoding or "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
@@ -108,23 +113,55 @@ def read_body(
             raise PayloadTooLargeError(f"request body exceeds the limit of {limit} bytes")
     if encoding == "identity":
         return bytes(raw)
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(bytes(raw), limit + 1)
+    return _gunzip(bytes(raw), limit)
+
+
+def _gunzip(data: bytes, limit: int) -> bytes:
+    out = bytearray()
+    while True:
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            # Never more than limit + 1 bytes in all: the rest of the input stays unconsumed.
+            out += inflater.decompress(data, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise BadInputError(f"body is not valid gzip: {exc}") from None
         if len(out) > limit:
             raise PayloadTooLargeError(
                 f"request body exceeds the limit of {limit} bytes after gzip decompression"
             )
-        out += inflater.flush()
-    except zlib.error as exc:
-        raise BadInputError(f"body is not valid gzip: {exc}") from None
-    if not inflater.eof:
-        raise BadInputError("body is not valid gzip: the stream is truncated")
-    if len(out) > limit:
-        raise PayloadTooLargeError(
-            f"request body exceeds the limit of {limit} bytes after gzip decompression"
-        )
-    return out
+        if not inflater.eof:
+            raise BadInputError("body is not valid gzip: the stream is truncated")
+        data = inflater.unused_data
+        if not data:
+            return bytes(out)
+
+
+class ByteBudget:
+    """Bytes that requests being read and decoded may hold at once, across HTTP threads.
+
+    One holder may take more than the whole budget when nobody else holds any, otherwise a
+    request larger than the budget could never be received.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._used = 0
+        self._lock = threading.Lock()
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def try_acquire(self, nbytes: int) -> bool:
+        with self._lock:
+            if self._used and self._used + nbytes > self.capacity:
+                return False
+            self._used += nbytes
+            return True
+
+    def release(self, nbytes: int) -> None:
+        with self._lock:
+            self._used -= nbytes
 
 
 class TraceReceiver:
@@ -138,6 +175,7 @@ class TraceReceiver:
         ingest_keys: tuple[str, ...] = (),
         max_body_bytes: int = 64 * 1024 * 1024,
         retry_after_s: int = 1,
+        inflight_max_bytes: int = 256 * 1024 * 1024,
         decoder: Callable[[bytes], DecodedTraces] = decode_for_storage,
     ) -> None:
         self._ingestor = ingestor
@@ -146,6 +184,12 @@ class TraceReceiver:
         self._max_body = max_body_bytes
         self._retry_after = retry_after_s
         self._decode = decoder
+        self._inflight = ByteBudget(inflight_max_bytes)
+
+    @property
+    def inflight_bytes(self) -> int:
+        """Bytes held by requests being read and decoded now."""
+        return self._inflight.used
 
     # ------------------------------------------------------------------ entry point
     def handle(self, method: str, headers: Mapping[str, str], stream: BinaryIO) -> Response:
@@ -181,11 +225,36 @@ class TraceReceiver:
             length = int(length_header) if length_header else None
         except ValueError:
             raise BadInputError(f"invalid Content-Length {length_header!r}") from None
+        if not self._ingestor.has_room():  # refuse before spending time on the body
+            # Its spans are not counted (never decoded); http_requests counts the 503.
+            self._metrics.spans_rejected.labels("overloaded")
+            raise ServiceUnavailableError(_OVERLOADED)
+        held = 0
         try:
-            body = read_body(stream, length, headers.get("Content-Encoding"), self._max_body)
-        except PayloadTooLargeError:
-            self._metrics.spans_rejected.labels("too_large").inc()
-            raise
+            # The body read, inflated and decoded costs about twice its size until it is queued;
+            # the budget bounds that across the HTTP threads (issue #17: 12 clients posting
+            # 60 MB bodies must not take the process to many GB).
+            held = self._hold(2 * min(length or 0, self._max_body), held)
+            try:
+                body = read_body(stream, length, headers.get("Content-Encoding"), self._max_body)
+            except PayloadTooLargeError:
+                self._metrics.spans_rejected.labels("too_large").inc()
+                raise
+            held = self._hold(2 * len(body), held)
+            return self._receive(body, media, fmt)
+        finally:
+            self._inflight.release(held)
+
+    def _hold(self, nbytes: int, held: int) -> int:
+        """Grow this request's share of the in-flight budget to ``nbytes``, or answer 503."""
+        if nbytes > held:
+            if not self._inflight.try_acquire(nbytes - held):
+                self._metrics.spans_rejected.labels("overloaded")
+                raise ServiceUnavailableError(_OVERLOADED)
+            return nbytes
+        return held
+
+    def _receive(self, body: bytes, media: str, fmt: str) -> Response:
         try:
             payload = json_to_protobuf(body) if media == JSON else body
             decoded = self._decode(payload)
@@ -199,9 +268,7 @@ class TraceReceiver:
                 self._ingestor.accept(payload, decoded)
             except QueueFullError:
                 self._metrics.spans_rejected.labels("overloaded").inc(decoded.spans.num_rows)
-                raise ServiceUnavailableError(
-                    "ingest is overloaded (too many spans waiting to be written); retry later"
-                ) from None
+                raise ServiceUnavailableError(_OVERLOADED) from None
             except (OSError, StorageError) as exc:
                 self._metrics.spans_rejected.labels("unavailable").inc(decoded.spans.num_rows)
                 raise ServiceUnavailableError(f"cannot accept spans now: {exc}") from None

@@ -71,11 +71,20 @@ def _split_map(table: pa.Table, column: str, keys: str, values: str) -> pa.Table
 
     DuckDB scans Arrow lists about 15x faster than Arrow maps and appends lists about 3x faster
     than maps (docs/benchmarks.md), so spans store lists and the views build maps on read.
+    Chunk by chunk, never combined: a merged batch's attribute text can pass 2 GiB, where one
+    combined string column would overflow its 32-bit offsets (issue #17).
     """
     idx = table.schema.get_field_index(column)
-    maps = table.column(idx).combine_chunks()
-    key_lists = pa.ListArray.from_arrays(maps.offsets, maps.keys)
-    value_lists = pa.ListArray.from_arrays(maps.offsets, maps.items)
+    maps = table.column(idx)
+    map_type = maps.type
+    key_lists = pa.chunked_array(
+        [pa.ListArray.from_arrays(chunk.offsets, chunk.keys) for chunk in maps.chunks],
+        type=pa.list_(map_type.key_type),
+    )
+    value_lists = pa.chunked_array(
+        [pa.ListArray.from_arrays(chunk.offsets, chunk.items) for chunk in maps.chunks],
+        type=pa.list_(map_type.item_type),
+    )
     return (
         table.remove_column(idx).append_column(keys, key_lists).append_column(values, value_lists)
     )
@@ -89,8 +98,16 @@ def _shift(table: pa.Table, column: str, offset: int) -> pa.Table:
     return table.set_column(idx, table.schema.field(idx), shifted)  # keeps NOT NULL
 
 
+def decoded_nbytes(decoded: DecodedTraces) -> int:
+    """Memory the decoded tables hold (Arrow buffers): what a queued request costs."""
+    return decoded.spans.nbytes + decoded.scopes.nbytes + decoded.resources.nbytes
+
+
 def merge_decoded(batches: list[DecodedTraces]) -> DecodedTraces:
-    """Concatenate decoded requests into one, renumbering resource and scope indices."""
+    """Concatenate decoded requests into one, renumbering resource and scope indices.
+
+    Zero-copy: each request stays its own chunk (the span ingestor bounds a merge in bytes).
+    """
     if len(batches) == 1:
         return batches[0]
     spans, scopes, resources = [], [], []

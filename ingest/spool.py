@@ -44,12 +44,20 @@ class Spool:
             self.directory.mkdir(parents=True, exist_ok=True)
             for stale in self.directory.glob("*.tmp"):  # a crash mid-write: never acknowledged
                 stale.unlink(missing_ok=True)
-            existing = self.pending()
+            existing = [e.seq for e in self.pending()]
+            # Past quarantined files too: a new request must never reuse (overwrite) their name.
+            self._next_seq = max([0, *existing, *self._failed_seqs()]) + 1
         except OSError as exc:
             raise StorageError(
                 f"cannot use spool folder {str(self.directory)!r}: {exc.strerror or exc}"
             ) from None
-        self._next_seq = existing[-1].seq + 1 if existing else 1
+
+    def _failed_seqs(self) -> list[int]:
+        if not self.failed_directory.is_dir():
+            return []
+        return [
+            int(m.group(1)) for p in self.failed_directory.iterdir() if (m := _NAME.match(p.name))
+        ]
 
     def pending(self) -> list[SpoolEntry]:
         """Spooled requests not yet committed to the database, oldest first."""

@@ -8,6 +8,7 @@ import threading
 import time
 
 import psutil
+import pytest
 import requests
 
 from inferledger.fixtures import make_export_request
@@ -116,3 +117,57 @@ def test_overload_answers_503_with_bounded_memory(server_factory) -> None:
     assert all(_expected_ids(b, 2000) <= stored for b in acked)
     refused = [b for b, s, _ in results if s == 503]
     assert all(not (_expected_ids(b, 2000) & stored) for b in refused), "a 503 wrote spans"
+
+
+def _large_body(batch: int, n: int = 150, prompt_bytes: int = 40_000) -> bytes:
+    req = make_export_request(n, seed=batch, id_offset=batch * n)
+    for span in req.resource_spans[0].scope_spans[0].spans:
+        kv = span.attributes.add()
+        kv.key = "gen_ai.prompt"
+        kv.value.string_value = chr(97 + batch % 26) * prompt_bytes
+    return req.SerializeToString()
+
+
+@pytest.mark.slow
+def test_large_attribute_overload_is_bounded_in_bytes(server_factory) -> None:
+    """Issue #17: bodies of LLM spans with long prompts (6 MB each here) from many clients.
+    Counting spans alone let RSS reach 11.7 GB with 60 MB bodies; the byte bounds answer 503
+    instead, and every acknowledged span is stored."""
+    srv = server_factory(
+        env={"INFERLEDGER_INGEST_QUEUE_MAX_BYTES": str(16 << 20)}, args=("--threads", "16")
+    )
+    proc = psutil.Process(srv.proc.pid)
+    rss_before = proc.memory_info().rss
+    peak = [rss_before]
+    results: list[tuple[int, int, str | None]] = []
+    lock = threading.Lock()
+
+    def sender(worker: int) -> None:
+        session = requests.Session()
+        for k in range(3):
+            batch = worker * 1000 + k
+            resp = session.post(
+                srv.url + "/v1/traces", data=_large_body(batch), headers=PB, timeout=120
+            )
+            with lock:
+                results.append((batch, resp.status_code, resp.headers.get("Retry-After")))
+                peak[0] = max(peak[0], proc.memory_info().rss)
+
+    threads = [threading.Thread(target=sender, args=(w,)) for w in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    statuses = {s for _, s, _ in results}
+    assert statuses <= {200, 503}
+    assert 503 in statuses, "10 concurrent 6 MB bodies should pass a 16 MiB byte bound"
+    assert all(ra == "1" for _, s, ra in results if s == 503)
+    # 30 bodies of 6 MB = 180 MB of prompts were sent; the bounds keep far less in memory.
+    assert peak[0] - rss_before < 1024**3, f"RSS grew by {(peak[0] - rss_before) >> 20} MiB"
+    assert srv.terminate() == 0
+    stored = _stored_span_ids(srv.db)
+    acked = [b for b, s, _ in results if s == 200]
+    assert acked
+    assert all(_expected_ids(b, 150) <= stored for b in acked)
+    refused = [b for b, s, _ in results if s == 503]
+    assert all(not (_expected_ids(b, 150) & stored) for b in refused), "a 503 wrote spans"

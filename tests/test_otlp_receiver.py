@@ -222,6 +222,33 @@ def test_gzip_body_is_accepted(live) -> None:
     assert span_count(live) == 10
 
 
+def test_multi_member_gzip_keeps_every_member(live) -> None:
+    """Concatenated gzip streams (RFC 1952 2.2), as some HTTP clients send: every member counts."""
+    members = [
+        gzip.compress(make_export_request(5, seed=s, id_offset=5 * s).SerializeToString())
+        for s in (1, 2)
+    ]
+    resp = post(live, b"".join(members), {**PB, "Content-Encoding": "gzip"})
+    assert resp.status_code == 200
+    assert span_count(live) == 10
+
+
+def test_gzip_members_are_refused_past_the_limit_or_garbage(small_limit_live) -> None:
+    live = small_limit_live
+    half = gzip.compress(b"\x00" * (600 * 1024))  # 1.2 MiB in all, past the 1 MiB limit
+    resp = post(live, half + half, {**PB, "Content-Encoding": "gzip"})
+    assert resp.status_code == 413
+    assert "after gzip decompression" in _status(resp)[1]
+    member = gzip.compress(make_export_request(5, seed=4).SerializeToString())
+    resp = post(live, member + b"trailing junk", {**PB, "Content-Encoding": "gzip"})
+    assert resp.status_code == 400
+    assert "not valid gzip" in _status(resp)[1]
+    resp = post(live, member + member[:-9], {**PB, "Content-Encoding": "gzip"})
+    assert resp.status_code == 400
+    assert "not valid gzip: the stream is truncated" in _status(resp)[1]
+    assert span_count(live) == 0
+
+
 # --------------------------------------------------------------------------- partial success
 def test_invalid_spans_are_rejected_and_valid_ones_stored(live) -> None:
     req = make_export_request(5, seed=11)

@@ -36,3 +36,13 @@ def test_unusable_folder_is_a_clear_error(tmp_path: Path) -> None:
     blocker.write_text("not a folder")
     with pytest.raises(StorageError, match=r"cannot use spool folder .*file"):
         Spool(blocker)
+
+
+def test_new_requests_never_reuse_a_quarantined_name(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "s")
+    moved = spool.quarantine(spool.append(b"bad"), "insert failed: boom")
+    again = Spool(tmp_path / "s")  # restart with nothing pending
+    entry = again.append(b"good")
+    assert entry.seq == 2
+    again.quarantine(entry, "insert failed: later")
+    assert moved.read_bytes() == b"bad", "a quarantined request was overwritten"
