@@ -160,8 +160,10 @@ class Service:
             return
         self._started = False
         self.ingestor.stop()
-        self.scheduler.shutdown(wait=True)
+        # Closing the scraper first ends scrapes in flight, so shutdown never waits on a slow
+        # target (issue #17); the jobs it cuts short store nothing.
         self.scraper.close()
+        self.scheduler.shutdown(wait=True)
         self.storage.close()
 
     # ------------------------------------------------------------------ HTTP

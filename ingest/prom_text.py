@@ -11,20 +11,33 @@ What is kept and what is dropped (docs/metrics.md):
 - ``_created`` samples are dropped: they hold a start time, not a measurement, and the
   counter-reset rule in sql/macros does not need them;
 - exemplars and native-histogram samples are dropped (no column for them).
+
+Samples Prometheus would not store, or that would poison the counter views, are dropped one by
+one and counted by reason (``DropReason``); the rest of the scrape is kept:
+- a sample timestamp more than 10 minutes after the scrape or more than an hour before it
+  (Prometheus: scrape/target.go refuses samples over 10 minutes ahead, and its TSDB head refuses
+  samples older than about an hour before its newest one as "out of bounds");
+- a counter-like sample (a counter, or a histogram's or summary's ``_bucket``, ``_count`` or
+  ``_sum``) that is NaN, infinite or negative: a counter only grows from zero, and such a value
+  gives NaN or negative increases (issue #17). OpenMetrics text already forbids NaN and negative
+  counter-like values, and prometheus_client's parser refuses the whole text for one.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
-from datetime import datetime
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
 
 import pyarrow as pa
 from prometheus_client.metrics_core import Metric
 from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Timestamp
+from prometheus_client.samples import Sample, Timestamp
 
 from inferledger.errors import BadInputError
 
@@ -48,6 +61,10 @@ METRIC_TYPES = frozenset(
 _TYPES_WITH_CREATED = frozenset({"counter", "histogram", "summary"})
 _BUCKETED_TYPES = frozenset({"histogram", "gaugehistogram"})
 _MAX_ERROR_CHARS = 300
+# Prometheus's bounds for a scraped sample's own timestamp, relative to the scrape (module doc).
+MAX_SAMPLE_LEAD = timedelta(minutes=10)
+MAX_SAMPLE_AGE = timedelta(hours=1)
+_COUNTER_LIKE_SUFFIXES = ("_bucket", "_count", "_sum")
 
 # "# TYPE name counter" lines of the classic format (name possibly quoted, for UTF-8 names).
 _COUNTER_TYPE_LINE = re.compile(r'^#\s+TYPE\s+("(?:[^"\\]|\\.)*"|\S+)\s+counter\s*$', re.MULTILINE)
@@ -57,6 +74,29 @@ class ExpositionError(BadInputError):
     """The scraped text is not valid exposition text; nothing from it is stored."""
 
 
+class DropReason(StrEnum):
+    """Why one sample of an otherwise valid scrape was not kept (module docstring)."""
+
+    TIMESTAMP_OUT_OF_BOUNDS = "timestamp_out_of_bounds"
+    COUNTER_NOT_FINITE = "counter_not_finite"
+    COUNTER_NEGATIVE = "counter_negative"
+
+
+@dataclass(frozen=True)
+class Exposition:
+    """One parsed scrape: the rows to store and what was dropped from it."""
+
+    samples: pa.Table
+    # reason -> number of samples dropped for it (only reasons that occurred)
+    dropped: Mapping[DropReason, int] = field(default_factory=dict)
+    # reason -> the first sample dropped for it, as `name{labels} value [timestamp]`, for the log
+    examples: Mapping[DropReason, str] = field(default_factory=dict)
+
+    @property
+    def dropped_total(self) -> int:
+        return sum(self.dropped.values())
+
+
 def is_openmetrics(content_type: str) -> bool:
     """True for ``application/openmetrics-text`` (any version); anything else is read as the
     classic text format, as Prometheus does for an unknown or missing Content-Type."""
@@ -64,7 +104,14 @@ def is_openmetrics(content_type: str) -> bool:
 
 
 def parse_exposition(text: str, content_type: str, scrape_ts: datetime) -> pa.Table:
-    """Parse one scrape's body into rows shaped like ``metric_samples`` (without ``target``).
+    """Parse one scrape's body into rows shaped like ``metric_samples`` (without ``target``);
+    :func:`read_exposition` without the count of dropped samples."""
+    return read_exposition(text, content_type, scrape_ts).samples
+
+
+def read_exposition(text: str, content_type: str, scrape_ts: datetime) -> Exposition:
+    """Parse one scrape's body into rows shaped like ``metric_samples`` (without ``target``)
+    and the samples dropped from it (module docstring).
 
     ``scrape_ts`` (timezone-aware) stamps every sample that carries no timestamp of its own.
     Raises :class:`ExpositionError` on text that does not parse, an unknown metric type, a bad
@@ -101,7 +148,11 @@ def _counters_declared_without_total(text: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us: int) -> pa.Table:
+def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us: int) -> Exposition:
+    earliest_us = scrape_us - _MAX_AGE_US
+    latest_us = scrape_us + _MAX_LEAD_US
+    dropped: Counter[DropReason] = Counter()
+    examples: dict[DropReason, str] = {}
     created_owners = {f.name for f in families if f.type in _TYPES_WITH_CREATED}
     ts: list[int] = []
     metric: list[str] = []
@@ -127,6 +178,12 @@ def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us:
         created = fam.name + "_created"
         bucket = fam.name + "_bucket" if typ in _BUCKETED_TYPES else None
         unmunge = typ == "counter" and fam.name in plain_counters
+        # What sql/macros/counter_increases.sql reads as counters (docs/metrics.md).
+        counter_like = (
+            frozenset(fam.name + suffix for suffix in _COUNTER_LIKE_SUFFIXES)
+            if typ in ("histogram", "summary")
+            else frozenset()
+        )
         for sample in fam.samples:
             if sample.name == created or sample.native_histogram is not None:
                 continue
@@ -142,6 +199,20 @@ def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us:
             if series_key is None:
                 series_key = key_cache[identity] = _series_key(identity)
             at = scrape_us if sample.timestamp is None else _timestamp_us(sample.timestamp)
+            value = float(sample.value)
+            reason = None
+            if at is None or not earliest_us <= at <= latest_us:
+                reason = DropReason.TIMESTAMP_OUT_OF_BOUNDS
+            elif typ == "counter" or sample.name in counter_like:
+                if not math.isfinite(value):
+                    reason = DropReason.COUNTER_NOT_FINITE
+                elif value < 0:
+                    reason = DropReason.COUNTER_NEGATIVE
+            if reason is not None:
+                dropped[reason] += 1
+                if reason not in examples:
+                    examples[reason] = _shorten(_describe(name, series_key, sample))
+                continue
             fingerprint = (name, series_key, le, at)
             if fingerprint in seen:
                 raise ExpositionError(
@@ -159,12 +230,12 @@ def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us:
             offsets.append(len(keys))
             series_keys.append(series_key)
             les.append(le)
-            sample_values.append(float(sample.value))
+            sample_values.append(value)
 
     labels_array = pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
     )
-    return pa.Table.from_arrays(
+    table = pa.Table.from_arrays(
         [
             pa.array(ts, SAMPLE_SCHEMA.field("ts").type),
             pa.array(metric, pa.string()),
@@ -177,6 +248,20 @@ def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us:
         ],
         schema=SAMPLE_SCHEMA,
     )
+    return Exposition(table, dict(dropped), examples)
+
+
+def _describe(name: str, series_key: str, sample: Sample) -> str:
+    """A dropped sample as exposition-like text, for the log line that reports it."""
+    labels = ",".join(filter(None, [series_key, _le_label(sample)]))
+    stamp = "" if sample.timestamp is None else f" @{sample.timestamp}"
+    return (
+        f"{name}{{{labels}}} {sample.value}{stamp}" if labels else f"{name} {sample.value}{stamp}"
+    )
+
+
+def _le_label(sample: Sample) -> str:
+    return f'le="{sample.labels["le"]}"' if "le" in sample.labels else ""
 
 
 def _series_key(labels: Iterable[tuple[str, str]]) -> str:
@@ -205,10 +290,13 @@ def _epoch_us(moment: datetime) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
-def _timestamp_us(stamp: float | Timestamp) -> int:
+def _timestamp_us(stamp: float | Timestamp) -> int | None:
+    """Microseconds since the epoch; None for a NaN or infinite timestamp (the classic parser
+    reads `1e400` as inf), which no bound admits."""
     if isinstance(stamp, Timestamp):
         return stamp.sec * 1_000_000 + stamp.nsec // 1_000
-    return round(float(stamp) * 1_000_000)
+    seconds = float(stamp)
+    return round(seconds * 1_000_000) if math.isfinite(seconds) else None
 
 
 def _shorten(text: str) -> str:
@@ -217,3 +305,5 @@ def _shorten(text: str) -> str:
 
 
 _EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+_MAX_LEAD_US = MAX_SAMPLE_LEAD // timedelta(microseconds=1)
+_MAX_AGE_US = MAX_SAMPLE_AGE // timedelta(microseconds=1)

@@ -4,6 +4,13 @@ One scrape = one HTTP GET (the target's timeout, a size cap, gzip accepted), one
 (ingest/prom_text.py) and ONE write op through the storage gateway: the samples and a row in
 ``scrapes``, committed together. A failed scrape (refused, timed out, non-200, too big, not
 valid text) writes only its ``scrapes`` row with ``up = false`` and the error; nothing partial.
+Samples the parser drops one by one (a timestamp out of bounds, a NaN or negative counter) are
+counted in ``inferledger_scrape_samples_dropped_total``; the rest of the scrape is kept.
+
+The target's timeout is a deadline for the whole exchange (connect, headers, body), not for
+each socket read: requests' own timeout restarts at every read, so a server that sends one byte
+every 2 s would hold a scrape with ``timeout_s: 3`` forever (issue #17). ``_Deadline`` shuts
+the connection's socket down when the deadline passes, which ends a blocked read at once.
 
 Scheduling: one APScheduler job per target (id ``scrape:<name>``), run on a thread pool of its
 own with one worker per target. A target runs at most one scrape at a time (max_instances=1),
@@ -18,15 +25,20 @@ import contextlib
 import logging
 import math
 import re
+import socket
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import duckdb
 import pyarrow as pa
 import requests
+import requests.adapters
+import urllib3.connection
+import urllib3.connectionpool
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.job import Job
 from apscheduler.jobstores.memory import MemoryJobStore
@@ -37,7 +49,7 @@ from inferledger.errors import InferLedgerError
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import ScrapeTarget
 from inferledger.storage import Storage
-from ingest.prom_text import ExpositionError, parse_exposition
+from ingest.prom_text import DropReason, Exposition, ExpositionError, read_exposition
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +74,7 @@ _INSERT_SCRAPE = (
     "http_status, error) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _ERRNO = re.compile(r"\[Errno -?\d+\][^'\")]*")
+_CLOSED = "scraper closed"
 
 
 @dataclass(frozen=True)
@@ -75,12 +88,117 @@ class ScrapeResult:
     duration_s: float
     http_status: int | None
     error: str | None
+    # Samples the parser dropped one by one (ingest/prom_text.py); not in the row, but in
+    # inferledger_scrape_samples_dropped_total.
+    dropped: int = 0
 
 
 class _ScrapeFailure(Exception):
     def __init__(self, message: str, http_status: int | None = None) -> None:
         super().__init__(message)
         self.http_status = http_status
+
+
+class _Deadline:
+    """The end of one scrape's HTTP exchange, enforced on its sockets.
+
+    While a scrape runs, the socket of every connection its thread uses is registered here
+    (``watch``, from the connection classes below); when the deadline passes, or the scraper
+    closes, ``expire`` shuts them down, which wakes a read blocked in any phase (headers, body)
+    with end-of-file. The sockets, not the connections, are kept: http.client drops a
+    connection's socket as soon as a response that ends at end-of-file begins, while that
+    response goes on reading from it. Connections find the deadline of the scrape their thread
+    is running through a thread-local: requests and urllib3 offer no way to hand it down.
+    """
+
+    _current = threading.local()
+
+    def __init__(self, seconds: float) -> None:
+        self.expired = False
+        self.closed = False  # expired because the scraper closed, not because time ran out
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(seconds, self.expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        _Deadline._current.deadline = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+        _Deadline._current.deadline = None
+
+    @classmethod
+    def watch_current(cls, conn: urllib3.connection.HTTPConnection) -> None:
+        deadline: _Deadline | None = getattr(cls._current, "deadline", None)
+        if deadline is not None and conn.sock is not None:
+            deadline.watch(conn.sock)
+
+    def watch(self, sock: socket.socket) -> None:
+        with self._lock:
+            if sock not in self._socks:
+                self._socks.append(sock)
+            expired = self.expired
+        if expired:  # the deadline passed while this socket was connecting
+            _shut(sock)
+
+    def expire(self, closed: bool = False) -> None:
+        with self._lock:
+            self.closed = self.closed or closed
+            self.expired = True
+            socks = list(self._socks)
+        for sock in socks:
+            _shut(sock)
+
+
+def _shut(sock: socket.socket) -> None:
+    # shutdown, not close: close() does not wake a read blocked in another thread, and the
+    # socket's owner still closes it as usual.
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
+    # connect(): a new socket (the deadline may have passed while it was being opened);
+    # request(): a kept-alive socket, connected during an earlier scrape.
+    def connect(self) -> None:
+        super().connect()
+        _Deadline.watch_current(self)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _Deadline.watch_current(self)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        _Deadline.watch_current(self)
+
+    def request(self, *args: Any, **kwargs: Any) -> None:
+        _Deadline.watch_current(self)
+        super().request(*args, **kwargs)
+
+
+class _WatchedHTTPConnectionPool(urllib3.connectionpool.HTTPConnectionPool):
+    ConnectionCls = _WatchedHTTPConnection
+
+
+class _WatchedHTTPSConnectionPool(urllib3.connectionpool.HTTPSConnectionPool):
+    ConnectionCls = _WatchedHTTPSConnection
+
+
+class _ScrapeAdapter(requests.adapters.HTTPAdapter):
+    """requests' adapter with connections a ``_Deadline`` can shut down."""
+
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": _WatchedHTTPConnectionPool,
+            "https": _WatchedHTTPSConnectionPool,
+        }
 
 
 def scrape_job_id(target: ScrapeTarget) -> str:
@@ -107,6 +225,9 @@ class Scraper:
         self.max_bytes = max_bytes
         self._sessions: dict[str, requests.Session] = {}
         self._last_up: dict[str, bool] = {}
+        self._last_dropped: dict[str, frozenset[DropReason]] = {}
+        self._deadlines: set[_Deadline] = set()  # of the scrapes in flight
+        self._closed = False
         self._lock = threading.Lock()
 
     # ---------------------------------------------------------------- scheduling
@@ -147,9 +268,15 @@ class Scraper:
         ]
 
     def close(self) -> None:
-        """Close the HTTP sessions (the scheduler's jobs are the caller's to stop first)."""
+        """End the scrapes in flight at once and close the HTTP sessions; a scrape cut short
+        by close, or started after it, is not stored. Call it before waiting for the
+        scheduler's jobs to stop, so that shutdown never waits for a slow target."""
         with self._lock:
+            self._closed = True
             sessions, self._sessions = list(self._sessions.values()), {}
+            deadlines = list(self._deadlines)
+        for deadline in deadlines:
+            deadline.expire(closed=True)
         for session in sessions:
             session.close()
 
@@ -164,16 +291,20 @@ class Scraper:
         ts = now or datetime.now(UTC)
         clock = time.perf_counter()
         http_status: int | None = None
-        samples: pa.Table | None = None
+        parsed: Exposition | None = None
         error: str | None = None
         try:
             http_status, content_type, body = self._fetch(target)
-            samples = parse_exposition(_decode(body, content_type), content_type, ts)
+            parsed = read_exposition(_decode(body, content_type), content_type, ts)
         except _ScrapeFailure as exc:
             error, http_status = str(exc), exc.http_status
         except ExpositionError as exc:
             error = str(exc)
-        return self._record(target, ts, samples, time.perf_counter() - clock, http_status, error)
+        duration_s = time.perf_counter() - clock
+        if error == _CLOSED:
+            # Cut short by our own shutdown: it says nothing about the target, so no row.
+            return ScrapeResult(target.name, ts, False, 0, duration_s, http_status, error)
+        return self._record(target, ts, parsed, duration_s, http_status, error)
 
     def ingest_text(
         self,
@@ -185,26 +316,40 @@ class Scraper:
     ) -> ScrapeResult:
         """Store exposition text as if ``target`` had been scraped at ``scrape_ts`` (replaying
         recorded or simulated scrapes); bad text is recorded as a failed scrape."""
-        samples: pa.Table | None = None
+        parsed: Exposition | None = None
         error: str | None = None
         try:
-            samples = parse_exposition(text, content_type, scrape_ts)
+            parsed = read_exposition(text, content_type, scrape_ts)
         except ExpositionError as exc:
             error = str(exc)
-        return self._record(target, scrape_ts, samples, duration_s, None, error)
+        return self._record(target, scrape_ts, parsed, duration_s, None, error)
 
     def _fetch(self, target: ScrapeTarget) -> tuple[int, str, bytes]:
-        """GET the target: (HTTP status, Content-Type, body) or a _ScrapeFailure."""
-        timed_out = f"timed out after {target.timeout_s:g} s"
-        deadline = time.monotonic() + target.timeout_s
+        """GET the target within its timeout: (HTTP status, Content-Type, body) or a
+        _ScrapeFailure."""
+        with self._lock:
+            if self._closed:
+                raise _ScrapeFailure(_CLOSED)
+            deadline = _Deadline(target.timeout_s)
+            self._deadlines.add(deadline)
         status: int | None = None
+
+        def timed_out() -> _ScrapeFailure:
+            if deadline.closed:
+                return _ScrapeFailure(_CLOSED, status)
+            return _ScrapeFailure(f"timed out after {target.timeout_s:g} s", status)
+
         try:
-            with self._session(target.name).get(
-                target.url,
-                headers={"Accept": ACCEPT_HEADER},
-                timeout=target.timeout_s,
-                stream=True,
-            ) as resp:
+            with (
+                deadline,
+                self._session(target.name).get(
+                    target.url,
+                    headers={"Accept": ACCEPT_HEADER},
+                    # bounds the connect and each read; the deadline bounds the whole exchange
+                    timeout=target.timeout_s,
+                    stream=True,
+                ) as resp,
+            ):
                 status = resp.status_code
                 if status != 200:
                     raise _ScrapeFailure(f"HTTP {status} {resp.reason or ''}".strip(), status)
@@ -216,19 +361,28 @@ class Scraper:
                 for chunk in resp.iter_content(chunk_size=_CHUNK_BYTES):
                     body += chunk
                     self._check_size(len(body), status)
-                    # requests' timeout bounds each socket wait, not the whole download.
-                    if time.monotonic() > deadline:
-                        raise _ScrapeFailure(timed_out, status)
+                    if deadline.expired:
+                        break
+                # A body without Content-Length ends at end-of-file, so one cut off by the
+                # deadline looks complete: check the deadline, not just the read.
+                if deadline.expired:
+                    raise timed_out()
                 return status, resp.headers.get("Content-Type", ""), bytes(body)
         except requests.Timeout:
-            raise _ScrapeFailure(timed_out, status) from None
+            raise timed_out() from None
         except requests.ConnectionError as exc:
-            # A read timeout while streaming the body surfaces as a ConnectionError.
-            if any(isinstance(arg, ReadTimeoutError) for arg in exc.args):
-                raise _ScrapeFailure(timed_out, status) from None
+            # A read timeout while streaming the body surfaces as a ConnectionError, and a
+            # socket shut down by the deadline as a dropped connection.
+            if deadline.expired or any(isinstance(arg, ReadTimeoutError) for arg in exc.args):
+                raise timed_out() from None
             raise _ScrapeFailure(f"connection failed: {_reason(exc)}", status) from None
         except requests.RequestException as exc:
+            if deadline.expired:  # e.g. a body cut short of its Content-Length
+                raise timed_out() from None
             raise _ScrapeFailure(f"request failed: {_reason(exc)}", status) from None
+        finally:
+            with self._lock:
+                self._deadlines.discard(deadline)
 
     def _check_size(self, size: int, status: int) -> None:
         if size > self.max_bytes:
@@ -245,6 +399,9 @@ class Scraper:
                 session = self._sessions[name] = requests.Session()
                 # Scrape exactly the configured URL: no proxy or .netrc from the environment.
                 session.trust_env = False
+                adapter = _ScrapeAdapter()  # max_retries=0, as requests' default adapter
+                session.mount("http://", adapter)
+                session.mount("https://", adapter)
             return session
 
     # ---------------------------------------------------------------- storing
@@ -252,12 +409,13 @@ class Scraper:
         self,
         target: ScrapeTarget,
         ts: datetime,
-        samples: pa.Table | None,
+        parsed: Exposition | None,
         duration_s: float,
         http_status: int | None,
         error: str | None,
     ) -> ScrapeResult:
         clock = time.perf_counter()
+        samples: pa.Table | None = None if parsed is None else parsed.samples
         count = 0 if samples is None else samples.num_rows  # None: the scrape failed
         row = [
             ts,
@@ -288,18 +446,35 @@ class Scraper:
             # there is nowhere to record it but the log and the service metrics.
             log.warning("scrape of %s at %s not stored: %s", target.name, ts.isoformat(), exc)
             error, count = f"not stored: {exc}", 0
-        result = ScrapeResult(target.name, ts, error is None, count, duration_s, http_status, error)
-        self._observe(result, duration_s + time.perf_counter() - clock)
+        dropped = 0 if parsed is None else parsed.dropped_total
+        result = ScrapeResult(
+            target.name, ts, error is None, count, duration_s, http_status, error, dropped
+        )
+        self._observe(result, duration_s + time.perf_counter() - clock, parsed)
         return result
 
-    def _observe(self, result: ScrapeResult, elapsed_s: float) -> None:
+    def _observe(self, result: ScrapeResult, elapsed_s: float, parsed: Exposition | None) -> None:
+        reasons = frozenset() if parsed is None else frozenset(parsed.dropped)
         with self._lock:
             was_up = self._last_up.get(result.target)
             self._last_up[result.target] = result.up
+            new_reasons = reasons - self._last_dropped.get(result.target, frozenset())
+            if parsed is not None:  # a failed fetch says nothing about the samples
+                self._last_dropped[result.target] = reasons
         if result.up and was_up is False:
             log.info("scrape target %s is up again", result.target)
         elif not result.up and was_up is not False:
             log.warning("scrape of %s failed: %s", result.target, result.error)
+        if new_reasons and parsed is not None:
+            # Once when a target starts sending a kind of bad sample, not at every scrape.
+            log.warning(
+                "scrape of %s dropped %d samples: %s",
+                result.target,
+                parsed.dropped_total,
+                "; ".join(
+                    f"{parsed.dropped[r]} {r} (e.g. {parsed.examples[r]})" for r in sorted(reasons)
+                ),
+            )
         m = self.metrics
         if m is None:
             return
@@ -308,6 +483,9 @@ class Scraper:
         m.target_up.labels(target=result.target).set(1 if result.up else 0)
         if result.up:
             m.scrape_samples.labels(target=result.target).set(result.samples)
+        if parsed is not None:
+            for reason, n in parsed.dropped.items():
+                m.scrape_samples_dropped.labels(target=result.target, reason=reason).inc(n)
 
 
 def _decode(body: bytes, content_type: str) -> str:
