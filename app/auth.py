@@ -2,10 +2,12 @@
 rules for pages and callbacks, and the routes of the optional OpenID Connect provider (whose
 protocol lives in app/oidc.py). docs/security.md describes it all for users.
 
-- **Sessions** are Flask's signed cookie (HttpOnly, SameSite=Lax) holding the user's name, the
-  user's session epoch and the time of sign-in. Every request re-reads the user (one indexed
-  row): a removed or disabled user, a changed password (the epoch moves on) or an expired
-  sign-in (auth.session_hours) ends the session at once, and a changed role applies at once.
+- **Sessions** are server-side (models/sessions.py): Flask's signed cookie (HttpOnly,
+  SameSite=Lax, Secure per auth.cookie_secure) holds a random session id and the time of
+  sign-in, and the session lives while its ``auth_sessions`` row does. Signing out deletes the
+  row, so a copy of the cookie stops working too. Every request re-reads the user (one indexed
+  row): a removed or disabled user, a changed password or an expired sign-in
+  (auth.session_hours) ends the session at once, and a changed role applies at once.
 - **The guard** (a Flask before_request) lets through only the sign-in routes, the two style
   sheets and the icon the sign-in page uses, health, readiness, /metrics and the ingest
   endpoints (which check their own keys). Anything else needs a signed-in user: a page request
@@ -17,35 +19,42 @@ protocol lives in app/oidc.py). docs/security.md describes it all for users.
   callback defined in a page's module needs the page's role (403 JSON). Callbacks of shared
   modules that need more than viewer are listed in :data:`CALLBACK_ROLES` (CSV downloads need
   analyst). Callbacks that change something also call ``context.require_role`` themselves.
-- **Failed sign-ins** are logged and limited per user name and client address (5 a minute).
+- **Failed sign-ins** are logged and limited per user name (exponential backoff) and per
+  server, whatever the client's address (app/auth_limits.py).
 """
 
 from __future__ import annotations
 
 import hmac
-import json
 import logging
 import re
 import secrets
-import threading
 import time
-from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import dash
 import flask
-from markupsafe import Markup, escape
+from flask.sessions import SecureCookieSessionInterface
 
+from app.auth_limits import SignInThrottle
+from app.auth_pages import (
+    forbidden_layout,
+    forbidden_message,
+    forbidden_page,
+    json_error,
+    login_page,
+)
 from app.oidc import CALLBACK_PATH as OIDC_CALLBACK_PATH
 from app.oidc import OidcClient, OidcConfig, OidcError, redirect_uri
-from inferledger.errors import InferLedgerError
+from inferledger.errors import InferLedgerError, SettingsError
 from inferledger.settings import Settings
 from inferledger.storage import Storage
 from models import users
+from models.sessions import SessionStore
 from models.users import Role, SignInError, User
 
 log = logging.getLogger(__name__)
@@ -79,8 +88,6 @@ PUBLIC_PATHS = frozenset(
 CALLBACK_ROLES: dict[tuple[str, str], Role] = {
     ("app.components", "_csv"): Role.ANALYST,  # components.chart's "Download CSV"
 }
-MAX_FAILURES = 5
-FAILURE_WINDOW_S = 60.0
 OIDC_FLOW_TTL_S = 600
 _CLOCK_SKEW_S = 300
 
@@ -89,62 +96,6 @@ class RoleRequiredError(InferLedgerError, PermissionError):
     """The signed-in user's role does not allow this; ``str(exc)`` says what is needed."""
 
     http_status = 403
-
-
-# --- failed sign-ins ------------------------------------------------------------------------
-
-
-class LoginLimiter:
-    """Failed sign-ins per (user name, client address) in a sliding window, in memory.
-
-    At most `max_keys` keys are kept (the oldest are dropped), so a flood of made-up names
-    cannot grow memory without bound; each sign-in attempt also costs an scrypt hash."""
-
-    def __init__(
-        self,
-        max_failures: int = MAX_FAILURES,
-        window_s: float = FAILURE_WINDOW_S,
-        *,
-        clock: Callable[[], float] = time.monotonic,
-        max_keys: int = 10_000,
-    ) -> None:
-        self.max_failures = max_failures
-        self.window_s = window_s
-        self._clock = clock
-        self._max_keys = max_keys
-        self._failures: OrderedDict[tuple[str, str], deque[float]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _recent(self, key: tuple[str, str], now: float) -> deque[float]:
-        times = self._failures.get(key, deque())
-        while times and times[0] <= now - self.window_s:
-            times.popleft()
-        return times
-
-    def retry_after(self, key: tuple[str, str]) -> float:
-        """Seconds until this key may try again; 0 when it may now."""
-        with self._lock:
-            now = self._clock()
-            times = self._recent(key, now)
-            if len(times) < self.max_failures:
-                return 0.0
-            return max(0.0, times[-self.max_failures] + self.window_s - now)
-
-    def failed(self, key: tuple[str, str]) -> int:
-        """Record a failure; returns the failures of this key in the window."""
-        with self._lock:
-            now = self._clock()
-            times = self._recent(key, now)
-            times.append(now)
-            self._failures[key] = times
-            self._failures.move_to_end(key)
-            while len(self._failures) > self._max_keys:
-                self._failures.popitem(last=False)
-            return len(times)
-
-    def succeeded(self, key: tuple[str, str]) -> None:
-        with self._lock:
-            self._failures.pop(key, None)
 
 
 # --- state, sessions, the current user ------------------------------------------------------
@@ -157,14 +108,25 @@ class AuthState:
     storage: Storage
     enabled: bool
     session_hours: int
-    limiter: LoginLimiter
+    throttle: SignInThrottle
+    sessions: SessionStore
     oidc: OidcClient | None
+    public_url: str = ""
     dash_app: dash.Dash | None = None
     warned_no_user: bool = False
+    #: Wall-clock Unix seconds for session times; tests move it instead of sleeping.
+    clock: Callable[[], float] = field(default=time.time)
+    #: Told each password sign-in's result (ok, failed, refused_account, refused_server).
+    on_sign_in: Callable[[str], None] = field(default=lambda result: None)
 
 
 def state() -> AuthState:
     return flask.current_app.extensions[AUTH_KEY]
+
+
+def observe_sign_ins(app: dash.Dash, record: Callable[[str], None]) -> None:
+    """Have `record` told the result of every password sign-in (the service counts them)."""
+    app.server.extensions[AUTH_KEY].on_sign_in = record
 
 
 def enabled() -> bool:
@@ -182,16 +144,15 @@ def current_user() -> User | None:
 
 def _session_user() -> User | None:
     data = flask.session
-    name, epoch, issued = data.get("u"), data.get("e"), data.get("t")
-    if not isinstance(name, str) or not isinstance(epoch, int) or not isinstance(issued, int):
+    session_id, issued = data.get("s"), data.get("t")
+    if not isinstance(session_id, str) or not isinstance(issued, int):
         return None
-    now = time.time()
+    now = state().clock()
+    # The cookie's own sign-in time too: a lowered auth.session_hours applies to sessions
+    # already open.
     if not issued - _CLOCK_SKEW_S <= now <= issued + state().session_hours * 3600:
         return None
-    user = users.get_user(state().storage, name)
-    if user is None or user.disabled or user.session_epoch != epoch:
-        return None
-    return user
+    return state().sessions.user(session_id, now=now)
 
 
 def page_role(page: dict[str, Any]) -> Role:
@@ -223,20 +184,33 @@ def require_role(role: Role | str) -> User | None:
     return user
 
 
+def _start_session(user: User) -> None:
+    auth = state()
+    now = auth.clock()
+    session_id = auth.sessions.start(user, now=now, hours=auth.session_hours)
+    flask.session.update({"s": session_id, "u": user.name, "t": int(now)})
+    flask.g.inferledger_user = user
+
+
 def _sign_in(user: User) -> None:
+    # A new session id at every sign-in (no session fixation); the one this browser had ends.
+    state().sessions.end(flask.session.get("s"))
     flask.session.clear()
     flask.session.permanent = True
-    flask.session.update({"u": user.name, "e": user.session_epoch, "t": int(time.time())})
-    flask.g.inferledger_user = user
-    users.record_sign_in(state().storage, user.name)
+    _start_session(user)
+
+
+def _sign_out() -> None:
+    """End this browser's session on the server, then forget the cookie."""
+    state().sessions.end(flask.session.get("s"))
+    flask.session.clear()
 
 
 def renew_session(user: User) -> None:
-    """Move this session to the user's current epoch (after they changed their own password:
-    this session stays, every other one has ended)."""
+    """Give this browser a new session after the user changed their own password (which ended
+    every session of theirs): this one stays signed in, every other one has ended."""
     if enabled() and flask.session.get("u") == user.name:
-        flask.session["e"] = user.session_epoch
-        flask.g.inferledger_user = user
+        _start_session(user)
 
 
 def safe_next(raw: str | None) -> str:
@@ -260,28 +234,6 @@ def _client() -> str:
 
 # --- pages ----------------------------------------------------------------------------------
 
-_PAGE_HEAD = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>{title}</title>
-<link rel="icon" href="/_favicon.ico">
-<link rel="stylesheet" href="/assets/inferledger.css">
-<link rel="stylesheet" href="/assets/auth.css">
-</head><body class="auth-body"><main class="auth-card" id="content">
-<h1 class="auth-brand">InferLedger</h1>
-"""
-_PAGE_TAIL = "</main></body></html>\n"
-
-
-def _html(title: str, body: Markup | str, status: int = 200) -> flask.Response:
-    head = _PAGE_HEAD.format(title=escape(title))
-    return flask.Response(
-        head + str(body) + _PAGE_TAIL,
-        status=status,
-        content_type="text/html; charset=utf-8",
-        headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY"},
-    )
-
 
 def _login_page(
     *,
@@ -295,91 +247,21 @@ def _login_page(
     if not isinstance(token, str):
         token = secrets.token_urlsafe(24)
         flask.session["csrf"] = token
-    parts = [Markup("<h2>Sign in</h2>")]
-    if notice:
-        parts.append(Markup('<p class="auth-notice" role="status">{}</p>').format(notice))
-    if error:
-        parts.append(Markup('<p class="auth-error" role="alert">{}</p>').format(error))
-    if not users.count_users(state().storage):
-        if not state().warned_no_user:
-            state().warned_no_user = True
-            log.warning("sign-in is on and no user exists: add one with `inferledger users add`")
-        parts.append(
-            Markup('<p class="auth-notice" role="status">{}</p>').format(
-                "No user exists yet. Stop the server and run `inferledger users add NAME "
-                "--role admin --db PATH`, then start it again."
-            )
-        )
-    parts.append(
-        Markup(
-            '<form method="post" action="/login" class="auth-form">'
-            '<input type="hidden" name="csrf" value="{csrf}">'
-            '<input type="hidden" name="next" value="{next}">'
-            '<label for="login-name">User name</label>'
-            '<input id="login-name" name="name" type="text" autocomplete="username" '
-            'autocapitalize="none" spellcheck="false" required autofocus value="{name}">'
-            '<label for="login-password">Password</label>'
-            '<input id="login-password" name="password" type="password" '
-            'autocomplete="current-password" required>'
-            '<button type="submit" class="auth-button">Sign in</button>'
-            "</form>"
-        ).format(csrf=token, next=next_path, name=name)
-    )
+    no_user = not users.count_users(state().storage)
+    if no_user and not state().warned_no_user:
+        state().warned_no_user = True
+        log.warning("sign-in is on and no user exists: add one with `inferledger users add`")
     oidc = state().oidc
-    if oidc is not None:
-        parts.append(
-            Markup(
-                '<p class="auth-or">or</p><a class="auth-button auth-oidc" href="{href}">'
-                "Sign in with {label}</a>"
-            ).format(
-                href=OIDC_START_PATH + "?" + urlencode({"next": next_path}),
-                label=oidc.config.label,
-            )
-        )
-    return _html("Sign in · InferLedger", Markup("").join(parts), status)
-
-
-def forbidden_message(user: User | None, needed: Role, what: str) -> str:
-    who = f"{user.name} ({user.role.value})" if user else "nobody"
-    return (
-        f"{what} needs the {needed.value} role; you are signed in as {who}. "
-        "Ask an admin to change your role."
-    )
-
-
-def _forbidden_page(user: User, page: dict[str, Any]) -> flask.Response:
-    needed = page_role(page)
-    body = Markup(
-        '<h2>Not allowed</h2><p class="auth-error" role="alert">{msg}</p>'
-        '<p><a href="/">Back to the dashboards</a> · <a href="/logout">Sign out</a></p>'
-    ).format(msg=forbidden_message(user, needed, f"The page {page['name']}"))
-    return _html("Not allowed · InferLedger", body, 403)
-
-
-def forbidden_layout(user: User | None, needed: Role, name: str) -> Any:
-    """What a page shows instead of itself when the role does not allow it."""
-    from dash import dcc, html
-
-    return html.Div(
-        [
-            html.H1("Not allowed"),
-            html.P(
-                forbidden_message(user, needed, f"The page {name}"),
-                className="auth-error",
-                role="alert",
-            ),
-            dcc.Link("Back to the dashboards", href="/"),
-        ],
-        className="auth-forbidden",
-    )
-
-
-def _json(status: int, message: str, **extra: Any) -> flask.Response:
-    return flask.Response(
-        json.dumps({"error": message, **extra}),
+    return login_page(
+        csrf=token,
+        next_path=next_path,
+        name=name,
+        error=error,
+        notice=notice,
+        no_user=no_user,
+        oidc_label=oidc.config.label if oidc is not None else None,
+        oidc_href=OIDC_START_PATH + "?" + urlencode({"next": next_path}),
         status=status,
-        content_type="application/json",
-        headers={"Cache-Control": "no-store"},
     )
 
 
@@ -403,35 +285,37 @@ def _login() -> flask.Response:
         )
     raw_name = req.form.get("name", "")[:254]
     password = req.form.get("password", "")
-    key = (raw_name.strip().lower(), _client())
-    limiter = state().limiter
-    wait = limiter.retry_after(key)
-    if wait:
-        log.warning("sign-in refused for %r from %s: too many failed sign-ins", key[0], key[1])
-        resp = _login_page(
-            error=f"Too many failed sign-ins; try again in {int(wait) + 1} s.",
-            name=raw_name,
-            next_path=next_path,
-            status=429,
+    throttle = state().throttle
+    refusal = throttle.begin(raw_name)
+    if refusal is not None:
+        # Refused before any password is checked: a locked name or a sprayed server costs
+        # no scrypt hash.
+        log.warning(
+            "sign-in refused for %r from %s: too many failed sign-ins (%s)",
+            throttle.key(raw_name),
+            _client(),
+            "this user name" if refusal.scope == "account" else "all user names",
         )
-        resp.headers["Retry-After"] = str(int(wait) + 1)
+        resp = _login_page(error=refusal.message, name=raw_name, next_path=next_path, status=429)
+        resp.headers["Retry-After"] = str(refusal.seconds)
+        state().on_sign_in(f"refused_{refusal.scope}")
         return resp
     try:
         user = users.authenticate(state().storage, raw_name, password)
     except SignInError as exc:
-        failures = limiter.failed(key)
         log.warning(
-            "sign-in failed for %r from %s: %s (%d in the last %.0f s)",
-            key[0],
-            key[1],
+            "sign-in failed for %r from %s: %s (%d failed for this name)",
+            throttle.key(raw_name),
+            _client(),
             exc.reason,
-            failures,
-            limiter.window_s,
+            throttle.failures(raw_name),
         )
+        state().on_sign_in("failed")
         # 200 with the message, as the form is the answer (the browser shows it again).
         return _login_page(error=str(exc), name=raw_name, next_path=next_path)
-    limiter.succeeded(key)
+    throttle.succeeded(raw_name)
     _sign_in(user)
+    state().on_sign_in("ok")
     log.info("signed in: %s (%s) from %s", user.name, user.role.value, _client())
     return flask.redirect(next_path, 303)
 
@@ -440,8 +324,14 @@ def _logout() -> flask.Response:
     user = current_user()
     if user is not None:
         log.info("signed out: %s", user.name)
-    flask.session.clear()
+    _sign_out()
     return flask.redirect(LOGIN_PATH + "?out=1", 303)
+
+
+def _redirect_uri() -> str:
+    """The OIDC redirect URI: from auth.public_url when set (behind a proxy the request only
+    shows the server's own address), else from the request."""
+    return redirect_uri(state().public_url or flask.request.host_url)
 
 
 def _oidc_start() -> flask.Response:
@@ -458,7 +348,7 @@ def _oidc_start() -> flask.Response:
     }
     try:
         url = client.authorization_url(
-            redirect_uri(flask.request.host_url), flow["state"], flow["nonce"], flow["verifier"]
+            _redirect_uri(), flow["state"], flow["nonce"], flow["verifier"]
         )
     except OidcError as exc:
         log.warning("OIDC sign-in unavailable: %s", exc)
@@ -484,7 +374,7 @@ def _oidc_callback() -> flask.Response:
     try:
         email, subject = client.identity(
             args.get("code", ""),
-            redirect_uri(flask.request.host_url),
+            _redirect_uri(),
             str(flow["verifier"]),
             str(flow["nonce"]),
         )
@@ -558,7 +448,7 @@ def _guard_callback(user: User) -> flask.Response | None:
         user.role.value,
         needed.value,
     )
-    return _json(403, forbidden_message(user, needed, "This action"), role=needed.value)
+    return json_error(403, forbidden_message(user, needed, "This action"), role=needed.value)
 
 
 def _guard() -> flask.Response | None:
@@ -571,14 +461,14 @@ def _guard() -> flask.Response | None:
             query = flask.request.query_string.decode("utf-8", "replace")
             target = path + ("?" + query if query else "")
             return flask.redirect(LOGIN_PATH + "?next=" + quote(target, safe=""), 302)
-        return _json(401, "Sign in first.", login=LOGIN_PATH)
+        return json_error(401, "Sign in first.", login=LOGIN_PATH)
     if path == CALLBACK_PATH:
         return _guard_callback(user)
     if _is_page_request(path):
         page = page_for_path(path)
         if page is not None and not user.role.allows(page_role(page)):
             log.warning("refused page %s for %s (%s)", path, user.name, user.role.value)
-            return _forbidden_page(user, page)
+            return forbidden_page(user, page_role(page), page["name"])
     return None
 
 
@@ -605,6 +495,43 @@ def _refusing_layout(page: dict[str, Any], original: Any) -> Callable[..., Any]:
     return layout
 
 
+class _SessionCookies(SecureCookieSessionInterface):
+    """Flask's signed cookie sessions, with the Secure flag decided per request in auto
+    mode (a request that arrived over TLS gets a Secure cookie)."""
+
+    def __init__(self, secure: bool | None) -> None:
+        self.secure = secure  # None: auto
+
+    def get_cookie_secure(self, app: flask.Flask) -> bool:
+        if self.secure is not None:
+            return self.secure
+        return flask.has_request_context() and flask.request.is_secure
+
+
+def cookie_secure(settings: Settings) -> bool | None:
+    """Whether the session cookie is Secure: True, False, or None to follow each request
+    (auth.cookie_secure auto without an https auth.public_url)."""
+    mode = settings["auth.cookie_secure"]
+    if mode == "auto":
+        return True if settings["auth.public_url"].startswith("https://") else None
+    return mode == "true"
+
+
+def _throttle(settings: Settings) -> SignInThrottle:
+    if settings["auth.lockout_max_s"] < settings["auth.lockout_s"]:
+        raise SettingsError(
+            f"setting 'auth.lockout_max_s' ({settings['auth.lockout_max_s']}) must be at least "
+            f"'auth.lockout_s' ({settings['auth.lockout_s']})"
+        )
+    return SignInThrottle(
+        max_failures=settings["auth.lockout_failures"],
+        lockout_s=settings["auth.lockout_s"],
+        max_lockout_s=settings["auth.lockout_max_s"],
+        global_failures=settings["auth.failed_sign_ins_per_minute"],
+        global_window_s=60.0,
+    )
+
+
 def install(app: dash.Dash, settings: Settings, storage: Storage) -> AuthState:
     """Put sign-in in front of the app (a no-op guard while auth.enabled is false)."""
     oidc = OidcConfig.from_settings(settings)
@@ -617,8 +544,10 @@ def install(app: dash.Dash, settings: Settings, storage: Storage) -> AuthState:
         storage=storage,
         enabled=settings["auth.enabled"],
         session_hours=settings["auth.session_hours"],
-        limiter=LoginLimiter(),
+        throttle=_throttle(settings),
+        sessions=SessionStore(storage),
         oidc=OidcClient(oidc) if oidc else None,
+        public_url=settings["auth.public_url"],
         dash_app=app,
     )
     server = app.server
@@ -626,12 +555,11 @@ def install(app: dash.Dash, settings: Settings, storage: Storage) -> AuthState:
     if not auth.enabled:
         return auth
     server.secret_key = settings["auth.session_secret"] or users.session_secret(storage)
+    server.session_interface = _SessionCookies(cookie_secure(settings))
     server.config.update(
         SESSION_COOKIE_NAME=SESSION_COOKIE,
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        # Off: behind a TLS proxy the server cannot tell; docs/security.md says what to do.
-        SESSION_COOKIE_SECURE=False,
         PERMANENT_SESSION_LIFETIME=timedelta(hours=auth.session_hours),
         SESSION_REFRESH_EACH_REQUEST=False,
     )

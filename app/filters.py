@@ -3,9 +3,12 @@
     ?range=7d&team=finance-ops&idle=usage
     ?range=custom&start=2026-11-01&end=2026-11-08
 
-Keys: range (24h, 7d, 30d, mtd, custom), start/end (custom; ISO dates or datetimes, UTC; end
-exclusive), env, team, app, route, model, idle (separate, usage, even, configured). Anything
-unknown or malformed falls back to the default and is reported, never a crash.
+Keys: range (24h, 7d, 30d, mtd, custom), start/end (custom; ISO dates or datetimes, UTC; a
+date as end includes that day), env, team, app, route, model, idle (separate, usage, even,
+configured). Anything unknown or malformed falls back to the default and is reported, never a
+crash. A custom range is clamped in one place, :func:`clamp_window` (issue #17: an end in year
+9999 overflowed and failed every chart): no earlier than :data:`EARLIEST`, no later than a day
+past the current hour, at most :data:`MAX_SPAN` long.
 """
 
 from __future__ import annotations
@@ -23,6 +26,15 @@ PRESETS = {
     "mtd": "Month to date",
 }
 DEFAULT_RANGE = "7d"
+#: The earliest start a custom range may ask for: older than any ledger, and far enough from
+#: datetime's year 1 that the previous-period comparisons (start - length) cannot overflow.
+EARLIEST = datetime(2000, 1, 1, tzinfo=UTC)
+#: The longest custom range: a bit over a year, enough for year-on-year views; longer ones cost
+#: a full scan of the marts per chart and draw nothing readable.
+MAX_SPAN = timedelta(days=400)
+#: How far past the current hour a range may end: a custom range picked "through today" ends
+#: at tomorrow's midnight, which should not raise a notice.
+FUTURE_MARGIN = timedelta(days=1)
 DEFAULT_POLICY = "configured"
 FILTER_KEYS = ("env", "team", "app", "route", "model")
 _FILTER_FIELDS = {
@@ -47,9 +59,10 @@ class UrlState:
 
     def filters(self, now: datetime | None = None) -> Filters:
         now = now or datetime.now(UTC)
-        end_of_hour = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
-        if self.range == "custom" and self.start and self.end:
-            start, end = _parse_when(self.start), _parse_when(self.end, end=True)
+        end_of_hour = _end_of_hour(now)
+        window = _custom_window(self.start, self.end, now) if self.range == "custom" else None
+        if window is not None:
+            start, end = window[0], window[1]
         elif self.range == "24h":
             start, end = end_of_hour - timedelta(days=1), end_of_hour
         elif self.range == "30d":
@@ -72,18 +85,75 @@ class UrlState:
         return "?" + urlencode(pairs)
 
 
+def _end_of_hour(now: datetime) -> datetime:
+    return now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+
+
 def _parse_when(text: str, *, end: bool = False) -> datetime:
-    """An ISO date (a whole day; as an end, the day is included) or datetime, in UTC."""
-    if len(text) == 10:
-        day = date.fromisoformat(text)
-        moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
-        return moment + timedelta(days=1) if end else moment
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    """An ISO date (a whole day; as an end, the day is included) or datetime, in UTC.
+    Raises ValueError for anything else, out-of-range dates included."""
+    try:
+        if len(text) == 10:
+            day = date.fromisoformat(text)
+            moment = datetime(day.year, day.month, day.day, tzinfo=UTC)
+            # The day after 9999-12-31 does not exist; such an end is clamped anyway.
+            return moment + timedelta(days=1) if end and day < date.max else moment
+        moment = datetime.fromisoformat(text)
+        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError:
+        # e.g. 0001-01-01T00:00+05:00 is before year 1 in UTC: out of range, not a crash.
+        raise ValueError(f"{text} is out of range") from None
 
 
-def parse(search: str | None) -> UrlState:
-    """The state in a query string ("?a=b&..."); bad parts are dropped and named in problems."""
+def _format_when(moment: datetime, *, end: bool = False) -> str:
+    """The inverse of :func:`_parse_when`: a date when the moment is a midnight."""
+    if moment.time() == datetime.min.time():
+        return (moment - timedelta(days=1) if end else moment).date().isoformat()
+    return moment.strftime("%Y-%m-%dT%H:%M")
+
+
+def clamp_window(
+    start: datetime, end: datetime, now: datetime
+) -> tuple[datetime, datetime, tuple[str, ...]]:
+    """The one place a requested window [start, end) is made safe to query: an end past the
+    current hour plus :data:`FUTURE_MARGIN` comes back to it, a start before :data:`EARLIEST`
+    forward to it, and a window longer than :data:`MAX_SPAN` keeps its most recent part.
+    Returns the window and what was changed, in words. Raises ValueError when nothing of
+    the window is left (it lies wholly in the future, or before EARLIEST) or end <= start."""
+    if end <= start:
+        raise ValueError(f"end {_format_when(end, end=True)} is not after start")
+    notes: list[str] = []
+    latest = _end_of_hour(now) + FUTURE_MARGIN
+    if end > latest:
+        end = latest
+        notes.append(f"end moved back to {latest:%Y-%m-%d %H:%M} UTC")
+    if start < EARLIEST:
+        start = EARLIEST
+        notes.append(f"start moved forward to {EARLIEST:%Y-%m-%d}")
+    if end <= start:
+        raise ValueError("the range holds no time between 2000 and now")
+    if end - start > MAX_SPAN:
+        start = end - MAX_SPAN
+        notes.append(f"shortened to the last {MAX_SPAN.days} days")
+    return start, end, tuple(notes)
+
+
+def _custom_window(
+    start: str | None, end: str | None, now: datetime
+) -> tuple[datetime, datetime, tuple[str, ...]] | None:
+    """A custom range's window, clamped; None when it is missing or unusable."""
+    if not start or not end:
+        return None
+    try:
+        return clamp_window(_parse_when(start), _parse_when(end, end=True), now)
+    except ValueError:
+        return None
+
+
+def parse(search: str | None, now: datetime | None = None) -> UrlState:
+    """The state in a query string ("?a=b&..."); bad parts are dropped and named in problems.
+    A custom range comes back clamped (:func:`clamp_window`, as of `now`), so the date
+    pickers and links show the window the charts draw."""
     raw = parse_qs((search or "").lstrip("?"), keep_blank_values=False)
     first = {k: v[0] for k, v in raw.items() if v}
     problems: list[str] = []
@@ -96,11 +166,17 @@ def parse(search: str | None) -> UrlState:
         try:
             if not start or not end:
                 raise ValueError("a custom range needs start and end")
-            if _parse_when(end, end=True) <= _parse_when(start):
+            begin, until = _parse_when(start), _parse_when(end, end=True)
+            if until <= begin:
                 raise ValueError(f"end {end} is not after start {start}")
+            begin, until, notes = clamp_window(begin, until, now or datetime.now(UTC))
         except ValueError as exc:
             problems.append(f"bad custom range ({exc}): showing the last 7 days")
             range_, start, end = DEFAULT_RANGE, None, None
+        else:
+            if notes:
+                problems.append(f"custom range {start} to {end}: {', '.join(notes)}")
+                start, end = _format_when(begin), _format_when(until, end=True)
     policy = first.get("idle", DEFAULT_POLICY)
     if policy not in IDLE_POLICIES:
         problems.append(f"unknown idle policy {policy!r}: using {DEFAULT_POLICY}")
@@ -110,4 +186,4 @@ def parse(search: str | None) -> UrlState:
 
 
 def filters_from(search: str | None, now: datetime | None = None) -> Filters:
-    return parse(search).filters(now)
+    return parse(search, now).filters(now)

@@ -17,9 +17,10 @@ from typing import Any
 import flask
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from app.auth import observe_sign_ins
 from app.factory import create_app
 from inferledger.errors import StorageError
-from inferledger.http_server import WaitressRunner, wait_until
+from inferledger.http_server import Deadlines, WaitressRunner, wait_until
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import Settings
 from inferledger.storage import Storage
@@ -46,6 +47,38 @@ def prepare_reference_data(storage: Storage, settings: Settings) -> None:
 
 
 _DRAIN_TIMEOUT_S = 15.0
+
+#: On every response (issue #17): no framing (clickjacking), no content sniffing, and no
+#: referrer to other sites (our URLs carry filters such as team names). Same-origin requests
+#: keep the full referrer: Dash's /_dash-layout reads the page's filters from it.
+_COMMON_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+}
+#: For what is not a page (JSON, metrics, assets): nothing may run or load from it.
+_NON_PAGE_CSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'"
+
+
+def page_csp(script_hashes: Iterable[str]) -> str:
+    """The Content-Security-Policy of HTML pages. Scripts only from us, plus Dash's inline
+    renderer start-up by hash (Dash.csp_hashes): no 'unsafe-inline' or 'unsafe-eval' for
+    scripts. Styles need 'unsafe-inline': Plotly and the dropdowns insert <style> elements at
+    run time. Images may be data:/blob: URLs (Plotly's icons and PNG export)."""
+    return "; ".join(
+        (
+            "default-src 'self'",
+            "script-src 'self' " + " ".join(script_hashes),
+            "style-src 'self' 'unsafe-inline'",
+            "img-src 'self' data: blob:",
+            "font-src 'self' data:",
+            "connect-src 'self'",
+            "object-src 'none'",
+            "base-uri 'self'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+        )
+    )
 
 
 class Service:
@@ -110,6 +143,7 @@ class Service:
         self._stop = threading.Event()
         self._started = False
         self.dash_app: Any = None
+        self._page_csp: str | None = None
         self.listen_addresses: list[tuple[str, int]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -121,6 +155,7 @@ class Service:
             lambda: self.ingestor.pending_spans + self.storage.queue_depth, self.storage.size_bytes
         )
         self.dash_app = create_app(self.settings, self.storage)
+        observe_sign_ins(self.dash_app, lambda result: self.metrics.sign_ins.labels(result).inc())
         self._add_routes(self.dash_app.server)
         self._schedule_jobs()
         self.scheduler.start()
@@ -235,6 +270,21 @@ class Service:
         server.add_url_rule("/healthz", "healthz", healthz)
         server.add_url_rule("/readyz", "readyz", readyz)
         server.add_url_rule("/metrics", "service_metrics", metrics)
+        server.after_request(self._security_headers)
+
+    def _security_headers(self, resp: flask.Response) -> flask.Response:
+        """Security headers on every response, the page policy on HTML (one place)."""
+        for name, value in _COMMON_HEADERS.items():
+            resp.headers.setdefault(name, value)
+        if resp.mimetype == "text/html":
+            # Hashed at the first page, once every page module has registered its inline
+            # (clientside) scripts; Dash's own index adds them at its first render too.
+            if self._page_csp is None:
+                self._page_csp = page_csp(self.dash_app.csp_hashes())
+            resp.headers["Content-Security-Policy"] = self._page_csp
+        else:
+            resp.headers.setdefault("Content-Security-Policy", _NON_PAGE_CSP)
+        return resp
 
     def _plain(self, endpoint: str, status: int, text: str) -> flask.Response:
         self.metrics.http_requests.labels(endpoint, str(status)).inc()
@@ -249,6 +299,14 @@ class Service:
             listen.append(f"{host}:{self.settings['otlp_port']}")
         runner = WaitressRunner(
             self.wsgi_app(),
+            # Slow or idle clients are dropped so they cannot fill the connection limit and
+            # take health, UI and ingest offline (inferledger/http_server.py, issue #17).
+            deadlines=Deadlines(
+                header_timeout_s=self.settings["http.header_timeout_s"],
+                request_timeout_s=self.settings["http.request_timeout_s"],
+            ),
+            on_close=lambda reason: self.metrics.http_connections_closed.labels(reason).inc(),
+            connection_limit=self.settings["http.connection_limit"],
             listen=" ".join(listen),
             threads=self.settings["threads"],
             ident="inferledger",

@@ -50,6 +50,21 @@ class ServiceMetrics:
             buckets=HTTP_BUCKETS,
             registry=r,
         )
+        self.http_connections_closed = Counter(
+            "inferledger_http_connections_closed",
+            "Client connections closed by the HTTP deadlines: idle, header_timeout and "
+            "request_timeout (too slow), shed (closed to make room at the connection limit).",
+            ["reason"],
+            registry=r,
+        )
+        self.sign_ins = Counter(
+            "inferledger_sign_ins",
+            "Password sign-ins by result: ok, failed (wrong name or password, disabled), "
+            "refused_account (user name locked) and refused_server (too many failures on the "
+            "server); refused ones check no password (docs/security.md).",
+            ["result"],
+            registry=r,
+        )
         self.write_queue_depth = Gauge(
             "inferledger_write_queue_depth",
             "Units (spans, samples) accepted and waiting for the single writer.",

@@ -147,6 +147,25 @@ def _issuer(raw: Any) -> str:
     return value
 
 
+def _public_url(raw: Any) -> str:
+    """The URL users open: http(s)://host[:port], no path, query or fragment."""
+    from urllib.parse import urlsplit
+
+    value = _text(raw).strip().rstrip("/")
+    if not value:
+        return ""
+    try:
+        url = urlsplit(value)
+        url.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        raise ValueError(f"expected an http(s):// URL, got {raw!r}") from None
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"expected an http(s):// URL, got {raw!r}")
+    if url.path or url.query or url.fragment or url.username or url.password:
+        raise ValueError(f"expected scheme://host[:port] only (no path or query), got {raw!r}")
+    return value
+
+
 _TARGET_KINDS = ("vllm", "dcgm", "prometheus")
 
 
@@ -244,6 +263,26 @@ SETTINGS: tuple[Setting, ...] = (
     ),
     Setting(
         "threads", 8, "Worker threads of the HTTP server.", _int_range(1, 256), "--threads", "N"
+    ),
+    Setting(
+        "http.connection_limit",
+        1000,
+        "Most open client connections; at the limit, connections that have sent no complete "
+        "request header are closed oldest first (the open-files limit is raised to fit).",
+        _int_range(10, 100_000),
+    ),
+    Setting(
+        "http.header_timeout_s",
+        10.0,
+        "Seconds a connection may stay idle, and a request's header may take from its first "
+        "byte; past it an idle connection is closed, a partial request answered 408.",
+        _float_range(0.1, 3600),
+    ),
+    Setting(
+        "http.request_timeout_s",
+        120.0,
+        "Seconds a whole request (header and body) may take to arrive; past it, 408.",
+        _float_range(0.1, 86_400),
     ),
     Setting(
         "ingest.keys",
@@ -373,6 +412,48 @@ SETTINGS: tuple[Setting, ...] = (
         12,
         "Hours a sign-in lasts; then the user signs in again.",
         _int_range(1, 720),
+    ),
+    Setting(
+        "auth.public_url",
+        "",
+        "The URL users open, e.g. https://ledger.example.com (the reverse proxy's). Used for "
+        "the OIDC redirect URI and, when https, to mark the session cookie Secure. Empty: "
+        "taken from each request.",
+        _public_url,
+    ),
+    Setting(
+        "auth.cookie_secure",
+        "auto",
+        "Mark the session cookie Secure (sent over HTTPS only): auto (when auth.public_url is "
+        "https or the request came over TLS), true or false.",
+        _choice("auto", "true", "false"),
+    ),
+    Setting(
+        "auth.lockout_failures",
+        5,
+        "Failed sign-ins for one user name (from any address) before the name is locked "
+        "for auth.lockout_s.",
+        _int_range(1, 1000),
+    ),
+    Setting(
+        "auth.lockout_s",
+        60,
+        "Seconds a user name stays locked after auth.lockout_failures failed sign-ins; "
+        "doubles with each further failure, up to auth.lockout_max_s.",
+        _int_range(1, 86400),
+    ),
+    Setting(
+        "auth.lockout_max_s",
+        900,
+        "Longest lock of a user name, in seconds.",
+        _int_range(1, 86400),
+    ),
+    Setting(
+        "auth.failed_sign_ins_per_minute",
+        20,
+        "Failed sign-ins the server answers per minute across all user names and addresses; "
+        "past it every password sign-in is refused (429) until the minute's oldest ages out.",
+        _int_range(1, 100_000),
     ),
     Setting(
         "auth.oidc_issuer",

@@ -271,6 +271,12 @@ def _audit(
     )
 
 
+def _end_sessions(cur: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Delete every server-side session of a user (models/sessions.py), in the transaction
+    of the change that ends them."""
+    cur.execute("delete from auth_sessions where user_name = ?", [name])
+
+
 def _fetch(cur: duckdb.DuckDBPyConnection, name: str) -> User:
     row = cur.execute(f"select {_COLUMNS} from users where name = ?", [name]).fetchone()
     if row is None:
@@ -344,7 +350,8 @@ def set_role(storage: Storage, name: str, role: Role | str, *, by: str) -> User:
 
 
 def set_password(storage: Storage, name: str, password: str, *, by: str) -> User:
-    """Set a new password; every session of the user ends (its epoch moves on)."""
+    """Set a new password; every session of the user ends (its rows are deleted and its epoch
+    moves on)."""
     name = normalize_name(name)
     check_password(password, name)
     password_hash = hash_password(password)
@@ -356,6 +363,7 @@ def set_password(storage: Storage, name: str, password: str, *, by: str) -> User
             "updated_at = current_timestamp where name = ?",
             [password_hash, name],
         )
+        _end_sessions(cur, name)
         _audit(cur, by, "passwd", name)
         return _fetch(cur, name)
 
@@ -377,6 +385,7 @@ def set_disabled(storage: Storage, name: str, disabled: bool, *, by: str) -> Use
             "updated_at = current_timestamp where name = ?",
             [disabled, name],
         )
+        _end_sessions(cur, name)
         _audit(cur, by, "disable" if disabled else "enable", name)
         return _fetch(cur, name)
 
@@ -391,6 +400,9 @@ def remove_user(storage: Storage, name: str, *, by: str) -> None:
         user = _fetch(cur, name)
         _keep_an_admin(cur, user, "remove")
         cur.execute("delete from users where name = ?", [name])
+        # A user added again later under this name starts at epoch 0 again: without this, a
+        # cookie of the removed user (epoch 0) would open the new user's session.
+        _end_sessions(cur, name)
         _audit(cur, by, "remove", name, user.role.value)
 
     storage.write(op)
@@ -425,12 +437,6 @@ def authenticate(storage: Storage, name: str, password: str) -> User:
     if user.disabled:
         raise SignInError("This account is disabled; ask an admin to enable it.", "disabled")
     return user
-
-
-def record_sign_in(storage: Storage, name: str) -> None:
-    storage.execute_write(
-        "update users set last_sign_in_at = current_timestamp where name = ?", [name]
-    )
 
 
 def oidc_user(storage: Storage, *, email: str, subject: str) -> User:
