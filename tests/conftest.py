@@ -12,8 +12,10 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 import requests
@@ -219,10 +221,41 @@ def page(browser):
 
 
 @pytest.fixture(scope="session")
-def demo_ledger(tmp_path_factory) -> Path:
+def ledger_end() -> datetime:
+    """The instant the demo ledger ends: taken once per session, on the demo's 15 s scrape
+    grid. The demo's clock stands still there, so the ledger holds nothing after it however
+    long the build takes, and a test that derives its range from this instant (not from the
+    clock when it runs) selects the same rows whatever hour, day or month boundary passes
+    during the session (issue #17)."""
+    return datetime.fromtimestamp(time.time() // 15 * 15, UTC)
+
+
+def whole_days(end: datetime) -> tuple[datetime, datetime, str]:
+    """A custom range of whole UTC days that holds the whole demo ledger ending at `end`:
+    [start, end) as datetimes, and the query string that asks the UI for the same days."""
+    last = end.replace(hour=0, minute=0, second=0, microsecond=0)
+    start = last - timedelta(days=2)
+    return (
+        start,
+        last + timedelta(days=1),
+        f"?range=custom&start={start:%Y-%m-%d}&end={last:%Y-%m-%d}",
+    )
+
+
+def hours_up_to(end: datetime, hours: int) -> tuple[datetime, datetime, str]:
+    """The `hours` whole UTC hours up to the end of `end`'s hour (what the "Last 24 hours"
+    preset picks at `end`), and the custom range's query string that asks for them."""
+    stop = end.replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    start = stop - timedelta(hours=hours)
+    query = urlencode({"range": "custom", "start": start.isoformat(), "end": stop.isoformat()})
+    return start, stop, "?" + query
+
+
+@pytest.fixture(scope="session")
+def demo_ledger(tmp_path_factory, ledger_end: datetime) -> Path:
     """A real demo database (2.4 h of the demo's traffic at half rate, through the real ingest
-    path), with its cost ledger computed: what the UI tests browse. Built once per session;
-    use `ledger_server` for a server on a private copy."""
+    path, ending at `ledger_end`), with its cost ledger computed: what the UI tests browse.
+    Built once per session; use `ledger_server` for a server on a private copy."""
     import io
 
     from inferledger.demo import Demo, DemoOptions
@@ -233,6 +266,7 @@ def demo_ledger(tmp_path_factory) -> Path:
         DemoOptions(db=db, port=free_port(), days=0.1, rate_scale=0.5, seed=3),
         out=io.StringIO(),
         err=io.StringIO(),
+        clock=ledger_end.timestamp,
     )
     demo.start()
     try:

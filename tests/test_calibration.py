@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import fields, replace
 from importlib import resources
 from pathlib import Path
@@ -35,9 +38,33 @@ FAMILIES = [
 ] + ["attn_prefill", "attn_decode"]
 
 
+# The fit is deterministic on one machine, but numpy's vectorised log and exp take a different
+# code path (AVX-512, AVX2, baseline) on another CPU and differ in the last bits; the
+# Levenberg-Marquardt fit carries that to ~1e-8 relative in its coefficients (issue #17). A
+# refit is compared with the shipped numbers to 1e-6: far below anything the fit can tell
+# (its median errors are ~5 %), far above what a CPU changes.
+REL = 1e-6
+# The shipped report's errors are rounded to 4 decimals: a CPU's last bits may round one the
+# other way.
+ROUNDED = 1.5e-4
+
+
 @pytest.fixture(scope="module")
 def fit() -> CalibrationResult:
     return calibrate(OPS_CSV, "h200")
+
+
+def assert_same_fit(got: StepTimeCoefficients, want: StepTimeCoefficients) -> None:
+    for f in fields(StepTimeCoefficients):
+        assert getattr(got, f.name) == pytest.approx(getattr(want, f.name), rel=REL), f.name
+
+
+def assert_same_errors(got: dict, want: dict) -> None:
+    assert list(got) == list(want)
+    for family, numbers in want.items():
+        assert got[family]["rows"] == numbers["rows"], family
+        for key in ("median_rel_error", "worst_rel_error"):
+            assert got[family][key] == pytest.approx(numbers[key], abs=ROUNDED), (family, key)
 
 
 def write(tmp_path: Path, text: str, name: str = "ops.csv") -> Path:
@@ -87,15 +114,11 @@ def test_fitted_fractions_are_physical(fit: CalibrationResult) -> None:
 
 def test_shipped_coefficients_are_this_fit(fit: CalibrationResult) -> None:
     """models/data/steptime_coefficients.json must be regenerated when the model changes."""
-    shipped = default_coefficients()
-    for f in fields(StepTimeCoefficients):
-        assert getattr(shipped, f.name) == pytest.approx(
-            getattr(fit.coefficients, f.name), rel=1e-6
-        ), f.name
+    assert_same_fit(default_coefficients(), fit.coefficients)
     doc = json.loads(
         resources.files("models").joinpath("data", "steptime_coefficients.json").read_text()
     )
-    assert doc["fit"] == fit.fit_errors()
+    assert_same_errors(doc["fit"], fit.fit_errors())
 
 
 def test_round_trip_fit_save_load_predict(fit: CalibrationResult, tmp_path: Path) -> None:
@@ -158,6 +181,7 @@ def test_partial_csv_fits_only_what_it_measures(tmp_path: Path) -> None:
 
 
 def test_fit_is_deterministic_and_independent_of_the_base(fit: CalibrationResult) -> None:
+    # Exact on purpose: the same fit on the same CPU must give the same bits.
     again = calibrate(OPS_CSV, "h200", base=START_COEFFICIENTS)
     assert again.coefficients == fit.coefficients
 
@@ -170,8 +194,34 @@ def test_calibrate_command_reports_and_writes(tmp_path: Path) -> None:
         assert f"\n{family} " in text
     assert "ceiling: copy 4.17 TB/s" in text
     assert text.endswith(f"wrote coefficients to {out}")
-    assert load_coefficients(out) == default_coefficients()
+    assert_same_fit(load_coefficients(out), default_coefficients())
     assert "pass an output path" in calibrate_command(str(OPS_CSV), None)
+
+
+# numpy's names for the AVX-512 code paths (2.x, then 1.x); unknown names are ignored.
+NO_AVX512 = "X86_V4 AVX512_ICL AVX512_SPR AVX512_SKX AVX512F"
+
+
+def test_a_cpu_without_avx512_reproduces_the_shipped_fit(tmp_path: Path) -> None:
+    """`inferledger calibrate` as on another CPU: numpy told not to use AVX-512 (where this one
+    has it) refits the shipped coefficients to within REL, not to the bit."""
+    out = tmp_path / "fit.json"
+    code = (
+        "import sys; from models.calibration import calibrate_command; "
+        "print(calibrate_command(sys.argv[1], sys.argv[2]))"
+    )
+    env = {**os.environ, "NPY_DISABLE_CPU_FEATURES": NO_AVX512}
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(OPS_CSV), str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr
+    assert_same_fit(load_coefficients(out), default_coefficients())
+    assert_same_errors(json.loads(out.read_text())["fit"], calibrate(OPS_CSV).fit_errors())
 
 
 def test_rows_from_another_gpu_are_flagged(tmp_path: Path) -> None:

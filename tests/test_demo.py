@@ -20,7 +20,7 @@ from inferledger.demo import DAY_S, Demo, DemoError, DemoOptions, DemoState, Pro
 from inferledger.storage import Storage
 from models.workload import load_workload, scrape_targets, ticks
 from models.workload.segments import Segment, SegmentSource, plan_segments
-from tests.conftest import ROOT, free_port
+from tests.conftest import ROOT, free_port, whole_days
 
 DAYS = 0.01  # 14.4 minutes of history
 RATE = 0.3
@@ -150,20 +150,32 @@ def test_history_goes_through_the_real_ingest_path(loaded):
 
 
 def test_live_traffic_continues(loaded):
+    """Every target is scraped live. The 7 pages of one tick are stored one by one, so this
+    waits until all 7 are in (not merely the first), with a deadline a loaded machine meets."""
     demo, _ = loaded
     st = storage_of(demo)
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if st.scalar(
-            "select count(*) from scrapes where ts >= ?", [datetime.fromtimestamp(demo.t0, UTC)]
-        ):
-            break
-        time.sleep(0.2)
-    live = st.fetchall(
-        "select count(distinct target) from scrapes where ts >= ?",
-        [datetime.fromtimestamp(demo.t0, UTC)],
-    )[0][0]
+    t0 = datetime.fromtimestamp(demo.t0, UTC)
+    live = 0
+    deadline = time.monotonic() + 60
+    while live < 7 and time.monotonic() < deadline:
+        live = st.scalar("select count(distinct target) from scrapes where ts >= ?", [t0])
+        if live < 7:
+            time.sleep(0.2)
     assert live == 7
+
+
+def test_a_demo_on_a_stopped_clock_ends_there(demo_ledger, ledger_end):
+    """The UI tests' ledger is a demo whose clock stands still at `ledger_end` (conftest.py):
+    no span or scrape in it is later, so a range derived from that instant holds all of it
+    whenever a test runs. A running clock let live traffic add spans after it."""
+    with Storage(demo_ledger, read_timeout_s=60) as st:
+        first_ns, last_ns = st.fetchall("select min(start_ns), max(end_ns) from spans")[0]
+        last_scrape = st.scalar("select max(ts) from scrapes")
+    assert last_ns <= ns(ledger_end.timestamp())
+    assert last_scrape <= ledger_end
+    start, stop, _ = whole_days(ledger_end)
+    assert ns(start.timestamp()) <= first_ns
+    assert stop > ledger_end
 
 
 def test_rerun_reuses_then_rebuild_regenerates(tmp_path):

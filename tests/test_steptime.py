@@ -461,9 +461,12 @@ def test_decode_fast_forward_across_the_launch_bound() -> None:
 
 def test_decode_fast_forward_is_constant_time(h200_8b: RooflinePredictor) -> None:
     first = shape(256, 1000)
-    start = time.perf_counter()
-    value = h200_8b.decode_steps_time_s(first, 10**9)
-    assert time.perf_counter() - start < 0.01
+    best = math.inf
+    for _ in range(5):  # the best of 5: one descheduling on a busy machine is not the code
+        start = time.perf_counter()
+        value = h200_8b.decode_steps_time_s(first, 10**9)
+        best = min(best, time.perf_counter() - start)
+    assert best < 0.01
     assert value > 10**9 * h200_8b.step_time_s(first)
 
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import csv
 import io
 import math
-from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from app.components import money
+from tests.conftest import whole_days
 
 pytestmark = pytest.mark.browser
 
@@ -20,14 +20,6 @@ CHART_DATA_JS = """id => {
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');
     return plot && plot.data ? plot.data.map(t => ({name: t.name, x: t.x, y: t.y})) : null;
 }"""
-
-
-def whole_days() -> tuple[date, date, str]:
-    """A custom range of whole UTC days that holds the whole demo ledger (it ends now): the
-    page and the views then select exactly the same tasks."""
-    today = datetime.now(UTC).date()
-    start, end = today - timedelta(days=2), today
-    return start, end + timedelta(days=1), f"?range=custom&start={start}&end={end}"
 
 
 def chart_data(page, graph_id: str) -> list[dict]:
@@ -50,8 +42,12 @@ def download_csv(page, graph_id: str, tmp_path: Path) -> list[dict[str, str]]:
     return list(csv.DictReader(io.StringIO(target.read_text())))
 
 
-def test_cost_per_accepted_outcome_matches_outcome_economics(ledger_server, page) -> None:
-    start, end, query = whole_days()
+def test_cost_per_accepted_outcome_matches_outcome_economics(
+    ledger_server, ledger_end, page
+) -> None:
+    # whole days around the ledger's pinned end: the page and the views select the same tasks
+    first, stop, query = whole_days(ledger_end)
+    start, end = first.date(), stop.date()
     page.goto(ledger_server.url + "/economics" + query)
     (trace,) = chart_data(page, "economics-by-workflow")
     shown = dict(zip(trace["y"], trace["x"], strict=True))
@@ -94,8 +90,8 @@ def test_cost_per_accepted_outcome_matches_outcome_economics(ledger_server, page
     page.wait_for_selector("#economics-findings >> text=No false economies found in")
 
 
-def test_csv_is_the_charted_numbers(ledger_server, page, tmp_path: Path) -> None:
-    _, _, query = whole_days()
+def test_csv_is_the_charted_numbers(ledger_server, ledger_end, page, tmp_path: Path) -> None:
+    _, _, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/economics" + query + "&app=support-assistant")
     (trace,) = chart_data(page, "economics-by-route")
     assert sorted(trace["y"]) == ["/answer", "/summarize"]  # the app filter applies

@@ -8,10 +8,11 @@ from __future__ import annotations
 import csv
 import io
 import math
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import whole_days
 
 pytestmark = pytest.mark.browser
 
@@ -22,13 +23,6 @@ CHART_DATA_JS = """id => {
         cells: t.cells ? t.cells.values : null})) : null;
 }"""
 DEPLOYMENTS = {"llama-3.1-8b-h200", "llama-3.1-70b-fp8-h200"}
-
-
-def whole_days() -> tuple[datetime, datetime, str]:
-    """A custom range of whole UTC days holding the whole demo ledger (it ends now)."""
-    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    start, end = today - timedelta(days=2), today + timedelta(days=1)
-    return start, end, f"?range=custom&start={start:%Y-%m-%d}&end={today:%Y-%m-%d}"
 
 
 def chart_data(page, graph_id: str) -> list[dict]:
@@ -42,8 +36,8 @@ def chart_data(page, graph_id: str) -> list[dict]:
     return page.evaluate(CHART_DATA_JS, graph_id)
 
 
-def test_deployment_numbers_match_cache_efficiency(ledger_server, page) -> None:
-    start, end, query = whole_days()
+def test_deployment_numbers_match_cache_efficiency(ledger_server, ledger_end, page) -> None:
+    start, end, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/gpu" + query)
     (prefix,) = chart_data(page, "gpu-prefix")
     hit_rate = dict(zip(prefix["y"], prefix["x"], strict=True))
@@ -84,8 +78,8 @@ def test_deployment_numbers_match_cache_efficiency(ledger_server, page) -> None:
     assert len(apps["y"]) == 5
 
 
-def test_filters_the_marts_lack_are_named(ledger_server, page) -> None:
-    _, _, query = whole_days()
+def test_filters_the_marts_lack_are_named(ledger_server, ledger_end, page) -> None:
+    _, _, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/gpu" + query + "&team=platform&app=internal-chat")
     note = page.locator("#gpu-deployment-scope")
     note.wait_for()
@@ -101,8 +95,8 @@ def test_filters_the_marts_lack_are_named(ledger_server, page) -> None:
     assert "team=platform" in page.locator("#gpu-apps-scope").inner_text()
 
 
-def test_csv_is_the_charted_numbers(ledger_server, page, tmp_path: Path) -> None:
-    _, _, query = whole_days()
+def test_csv_is_the_charted_numbers(ledger_server, ledger_end, page, tmp_path: Path) -> None:
+    _, _, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/gpu" + query)
     traces = chart_data(page, "gpu-kv")
     with page.expect_download(timeout=10_000) as info:

@@ -8,26 +8,18 @@ from __future__ import annotations
 import csv
 import io
 import math
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from models.ledger_queries import Filters, run
-from tests.conftest import choose
+from tests.conftest import choose, whole_days
 
 CHART_DATA_JS = """id => {
     const plot = document.querySelector('#' + id + ' .js-plotly-plot');
     return plot && plot.data ? plot.data.map(t => ({name: t.name, x: t.x, y: t.y})) : null;
 }"""
 E2E = "End to end (LLM call)"
-
-
-def whole_days() -> tuple[datetime, datetime, str]:
-    """A custom range of whole UTC days holding the whole demo ledger (it ends now)."""
-    today = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
-    start, end = today - timedelta(days=2), today + timedelta(days=1)
-    return start, end, f"?range=custom&start={start:%Y-%m-%d}&end={today:%Y-%m-%d}"
 
 
 def chart_data(page, graph_id: str) -> list[dict]:
@@ -47,8 +39,8 @@ def stage_points(traces: list[dict]) -> dict[str, dict[tuple[str, str], float]]:
 
 
 @pytest.mark.browser
-def test_stage_percentiles_match_the_histograms(ledger_server, page) -> None:
-    start, end, query = whole_days()
+def test_stage_percentiles_match_the_histograms(ledger_server, ledger_end, page) -> None:
+    start, end, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/latency" + query)
     points = stage_points(chart_data(page, "latency-stages"))
     assert set(points) == {"p50", "p95", "p99"}
@@ -78,8 +70,8 @@ def test_stage_percentiles_match_the_histograms(ledger_server, page) -> None:
 
 
 @pytest.mark.browser
-def test_app_filter_changes_the_stage_chart(ledger_server, page) -> None:
-    _, _, query = whole_days()
+def test_app_filter_changes_the_stage_chart(ledger_server, ledger_end, page) -> None:
+    _, _, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/latency" + query)
     before = stage_points(chart_data(page, "latency-stages"))["p95"]
     assert {route for route, _ in before} > {"/complete"}
@@ -102,8 +94,8 @@ def test_app_filter_changes_the_stage_chart(ledger_server, page) -> None:
 
 
 @pytest.mark.browser
-def test_csv_is_the_charted_numbers(ledger_server, page, tmp_path: Path) -> None:
-    _, _, query = whole_days()
+def test_csv_is_the_charted_numbers(ledger_server, ledger_end, page, tmp_path: Path) -> None:
+    _, _, query = whole_days(ledger_end)
     page.goto(ledger_server.url + "/latency" + query)
     traces = chart_data(page, "latency-stages")
     with page.expect_download(timeout=10_000) as info:
@@ -119,10 +111,10 @@ def test_csv_is_the_charted_numbers(ledger_server, page, tmp_path: Path) -> None
         assert [float(r[column]) for r in rows] == trace["x"], column
 
 
-def test_stage_query_agrees_with_the_macro(ledger_server) -> None:
+def test_stage_query_agrees_with_the_macro(ledger_server, ledger_end) -> None:
     """latency_stage_percentiles merges the histograms per route with the macro's rule: where
     a route has one app and one environment (the demo), every number is the macro's."""
-    start, end, _ = whole_days()
+    start, end, _ = whole_days(ledger_end)
     storage = ledger_server.storage
     ours = run(storage, "latency_stage_percentiles", Filters(start=start, end=end)).to_pylist()
     macro = {
