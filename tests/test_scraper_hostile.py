@@ -36,7 +36,7 @@ from ingest.scraper import Scraper
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 DRIP_S = 0.2  # one byte every DRIP_S: each read waits less than the timeout below
 TIMEOUT_S = 0.5
-SLACK_S = 1.5  # a loaded CI machine may start the deadline's timer a little late
+SLACK_S = 3.0  # a loaded CI machine may start the deadline's timer late; the drip lasts 15+ s
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nConnection: close\r\n\r\n"
 BODY = b"# TYPE drip gauge\ndrip 1\n"
 
@@ -197,7 +197,7 @@ def test_closing_the_scraper_ends_a_scrape_in_flight(storage, scraper):
             scraper.close()
             scheduler.shutdown(wait=True)
             stopped_in = time.monotonic() - started
-    assert stopped_in < 2, stopped_in
+    assert stopped_in < 8, stopped_in  # 21 s before: until the drip ended
     # cut short by our own shutdown: no row saying the target was down
     assert storage.scalar("select count(*) from scrapes") == 0
     # and a scrape started after close() does nothing at all
@@ -222,7 +222,7 @@ def test_service_stop_does_not_wait_for_a_slow_target(tmp_path):
             service.stop()
             stopped_in = time.monotonic() - started
     # before issue #17: until the drip ended, over a minute later
-    assert stopped_in < 3, stopped_in
+    assert stopped_in < 8, stopped_in
 
 
 # ---------------------------------------------------------------- item 7: bad samples

@@ -68,7 +68,7 @@ def test_idle_connections_do_not_take_the_service_offline(live) -> None:
             timeout=10,
         )
         assert resp.status_code == 200
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 30  # each answer bounded above; before: none came
 
 
 def test_slow_clients_are_dropped_past_their_deadlines(live_factory) -> None:
@@ -100,7 +100,7 @@ def test_slow_clients_are_dropped_past_their_deadlines(live_factory) -> None:
             except OSError:
                 break
         assert got.startswith(b"HTTP/1.1 408 "), got
-        assert time.monotonic() - started < 10
+        assert time.monotonic() - started < 20  # the trickle would last 100 s unchecked
     for reason in ("idle", "header_timeout", "request_timeout"):
         assert _closed_count(url, reason) >= 1, reason
     # a client that sends its request in time is served as before, keep-alive included
