@@ -160,26 +160,26 @@ def _shut(sock: socket.socket) -> None:
         sock.shutdown(socket.SHUT_RDWR)
 
 
-class _WatchedHTTPConnection(urllib3.connection.HTTPConnection):
-    # connect(): a new socket (the deadline may have passed while it was being opened);
-    # request(): a kept-alive socket, connected during an earlier scrape.
+class _Watched:
+    """Mixed into urllib3's connection classes: hands each socket to the current scrape's
+    deadline. connect(): a new socket (the deadline may have passed while it was being
+    opened); request(): a kept-alive socket, connected during an earlier scrape."""
+
     def connect(self) -> None:
-        super().connect()
+        super().connect()  # type: ignore[misc]
         _Deadline.watch_current(self)
 
     def request(self, *args: Any, **kwargs: Any) -> None:
         _Deadline.watch_current(self)
-        super().request(*args, **kwargs)
+        super().request(*args, **kwargs)  # type: ignore[misc]
 
 
-class _WatchedHTTPSConnection(urllib3.connection.HTTPSConnection):
-    def connect(self) -> None:
-        super().connect()
-        _Deadline.watch_current(self)
+class _WatchedHTTPConnection(_Watched, urllib3.connection.HTTPConnection):
+    pass
 
-    def request(self, *args: Any, **kwargs: Any) -> None:
-        _Deadline.watch_current(self)
-        super().request(*args, **kwargs)
+
+class _WatchedHTTPSConnection(_Watched, urllib3.connection.HTTPSConnection):
+    pass
 
 
 class _WatchedHTTPConnectionPool(urllib3.connectionpool.HTTPConnectionPool):

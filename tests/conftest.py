@@ -21,7 +21,9 @@ import pytest
 import requests
 
 from inferledger.browser_pages import CHROMIUM, CHROMIUM_ARGS
+from inferledger.service_metrics import ServiceMetrics
 from inferledger.storage import Storage
+from ingest.scraper import Scraper
 from models import users
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,6 +110,19 @@ class ServerProcess:
         assert self.proc is not None
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait()
+
+
+@pytest.fixture
+def metrics() -> ServiceMetrics:
+    return ServiceMetrics()
+
+
+@pytest.fixture
+def scraper(storage: Storage, metrics: ServiceMetrics) -> Iterator[Scraper]:
+    """A scraper with a 1 MiB response cap, closed after the test (the scraper tests)."""
+    s = Scraper(storage, metrics, max_bytes=1 << 20)
+    yield s
+    s.close()
 
 
 @pytest.fixture

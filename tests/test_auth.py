@@ -427,12 +427,21 @@ def _hrefs(node: Any) -> set[str]:
     return set()
 
 
-def _add_user_callback(name: str, role: str = "admin") -> dict[str, Any]:
-    """What the browser sends when the Users page's "Add user" button is pressed."""
+def users_page_callback(
+    button: str,
+    *,
+    new: tuple[str, str, str] | None = None,
+    target: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """What the browser sends when a button of the Users page is pressed: `new` fills the
+    "Add user" fields (name, role, password), `target` the existing user's (name, password)."""
+    buttons = ("add", "set-role", "passwd", "disable", "enable")
 
     def prop(suffix: str, prop: str, value: Any = None) -> dict[str, Any]:
         return {"id": ADD + suffix, "property": prop, "value": value}
 
+    new_name, new_role, new_password = new or (None, "viewer", None)
+    target_name, target_password = target or (None, None)
     outputs = [
         prop("message", "children"),
         prop("version", "data"),
@@ -444,21 +453,25 @@ def _add_user_callback(name: str, role: str = "admin") -> dict[str, Any]:
         "admin-users-new-password.value...admin-users-target-password.value..",
         "outputs": [{k: v for k, v in o.items() if k != "value"} for o in outputs],
         "inputs": [
-            prop("add", "n_clicks", 1),
-            *(prop(b, "n_clicks", 0) for b in ("set-role", "passwd", "disable", "enable")),
+            *(prop(b, "n_clicks", int(b == button)) for b in buttons),
             prop("remove", "submit_n_clicks"),
         ],
-        "changedPropIds": [ADD + "add.n_clicks"],
+        "changedPropIds": [ADD + button + ".n_clicks"],
         "state": [
-            prop("new-name", "value", name),
-            prop("new-role", "value", role),
-            prop("new-password", "value", "forged-password-1"),
-            prop("target", "value"),
+            prop("new-name", "value", new_name),
+            prop("new-role", "value", new_role),
+            prop("new-password", "value", new_password),
+            prop("target", "value", target_name),
             prop("target-role", "value", "viewer"),
-            prop("target-password", "value"),
+            prop("target-password", "value", target_password),
             prop("version", "data", 0),
         ],
     }
+
+
+def _add_user_callback(name: str, role: str = "admin") -> dict[str, Any]:
+    """What the browser sends when the Users page's "Add user" button is pressed."""
+    return users_page_callback("add", new=(name, role, "forged-password-1"))
 
 
 def test_forged_admin_callback_is_refused(secured: LiveService) -> None:

@@ -20,7 +20,7 @@ from inferledger.settings import load_settings
 from models import users
 from models.sessions import SessionStore
 from models.sessions import _digest as sessions_digest
-from tests.test_auth import PASSWORDS, _get, _people, _sign_in, signed_in
+from tests.test_auth import PASSWORDS, _get, _people, _sign_in, signed_in, users_page_callback
 
 ADD = "admin-users-"
 
@@ -128,43 +128,6 @@ def test_session_store_expiry_and_cache(storage) -> None:
     assert all(store.user(o, now=t0 + 7201) is None for o in others)
 
 
-def _own_password_callback(name: str, password: str) -> dict[str, Any]:
-    """What the browser sends when an admin sets a password on the Users page."""
-
-    def prop(suffix: str, prop: str, value: Any = None) -> dict[str, Any]:
-        return {"id": ADD + suffix, "property": prop, "value": value}
-
-    outputs = [
-        prop("message", "children"),
-        prop("version", "data"),
-        prop("new-password", "value"),
-        prop("target-password", "value"),
-    ]
-    return {
-        "output": "..admin-users-message.children...admin-users-version.data..."
-        "admin-users-new-password.value...admin-users-target-password.value..",
-        "outputs": [{k: v for k, v in o.items() if k != "value"} for o in outputs],
-        "inputs": [
-            prop("add", "n_clicks", 0),
-            prop("set-role", "n_clicks", 0),
-            prop("passwd", "n_clicks", 1),
-            prop("disable", "n_clicks", 0),
-            prop("enable", "n_clicks", 0),
-            prop("remove", "submit_n_clicks"),
-        ],
-        "changedPropIds": [ADD + "passwd.n_clicks"],
-        "state": [
-            prop("new-name", "value"),
-            prop("new-role", "value", "viewer"),
-            prop("new-password", "value"),
-            prop("target", "value", name),
-            prop("target-role", "value", "viewer"),
-            prop("target-password", "value", password),
-            prop("version", "data", 0),
-        ],
-    }
-
-
 def test_own_password_change_keeps_this_session_only(secured) -> None:
     url = secured.url
     ann = signed_in(url, "ann")
@@ -172,7 +135,7 @@ def test_own_password_change_keeps_this_session_only(secured) -> None:
     thief = _copy(ann)
     resp = ann.post(
         url + "/_dash-update-component",
-        json=_own_password_callback("ann", "ann-new-password-1"),
+        json=users_page_callback("passwd", target=("ann", "ann-new-password-1")),
         timeout=10,
     )
     assert resp.status_code == 200 and "Set a new password for ann" in resp.text

@@ -23,7 +23,6 @@ from prometheus_client.exposition import MetricsHandler, choose_encoder
 
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import ScrapeTarget
-from inferledger.storage import Storage
 from ingest.prom_text import ExpositionError, parse_exposition
 from ingest.scraper import ACCEPT_HEADER, SCRAPE_EXECUTOR, Scraper, scrape_job_id
 
@@ -197,24 +196,6 @@ def server() -> Iterator[MetricsServer]:
     srv = MetricsServer()
     yield srv
     srv.close()
-
-
-@pytest.fixture
-def storage(tmp_path) -> Iterator[Storage]:
-    with Storage(tmp_path / "scrape.duckdb") as store:
-        yield store
-
-
-@pytest.fixture
-def metrics() -> ServiceMetrics:
-    return ServiceMetrics()
-
-
-@pytest.fixture
-def scraper(storage, metrics) -> Iterator[Scraper]:
-    s = Scraper(storage, metrics, max_bytes=1 << 20)
-    yield s
-    s.close()
 
 
 def target(

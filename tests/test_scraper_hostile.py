@@ -23,7 +23,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from inferledger.server import Service
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import ScrapeTarget, load_settings
-from inferledger.storage import Storage
 from ingest.prom_text import (
     MAX_SAMPLE_AGE,
     MAX_SAMPLE_LEAD,
@@ -31,7 +30,6 @@ from ingest.prom_text import (
     ExpositionError,
     read_exposition,
 )
-from ingest.scraper import Scraper
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
 DRIP_S = 0.2  # one byte every DRIP_S: each read waits less than the timeout below
@@ -130,24 +128,6 @@ class TextServer:
 
     def close(self) -> None:
         self._server.close()
-
-
-@pytest.fixture
-def storage(tmp_path) -> Iterator[Storage]:
-    with Storage(tmp_path / "scrape.duckdb") as store:
-        yield store
-
-
-@pytest.fixture
-def metrics() -> ServiceMetrics:
-    return ServiceMetrics()
-
-
-@pytest.fixture
-def scraper(storage, metrics) -> Iterator[Scraper]:
-    s = Scraper(storage, metrics, max_bytes=1 << 20)
-    yield s
-    s.close()
 
 
 def target(name: str, url: str, *, interval_s: float = 15, timeout_s: float = TIMEOUT_S):
