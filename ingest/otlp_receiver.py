@@ -227,7 +227,6 @@ class TraceReceiver:
             raise BadInputError(f"invalid Content-Length {length_header!r}") from None
         if not self._ingestor.has_room():  # refuse before spending time on the body
             # Its spans are not counted (never decoded); http_requests counts the 503.
-            self._metrics.spans_rejected.labels("overloaded")
             raise ServiceUnavailableError(_OVERLOADED)
         held = 0
         try:
@@ -249,8 +248,7 @@ class TraceReceiver:
         """Grow this request's share of the in-flight budget to ``nbytes``, or answer 503."""
         if nbytes > held:
             if not self._inflight.try_acquire(nbytes - held):
-                self._metrics.spans_rejected.labels("overloaded")
-                raise ServiceUnavailableError(_OVERLOADED)
+                raise ServiceUnavailableError(_OVERLOADED)  # counted as above
             return nbytes
         return held
 

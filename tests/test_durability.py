@@ -136,7 +136,11 @@ def test_overload_answers_503_with_bounded_memory(server_factory) -> None:
     # 12 x 2,000-span requests in flight at most: memory grows by well under 1 GiB.
     results, grown = _flood(srv, 12, 4, body)
     metrics = requests.get(srv.url + "/metrics", timeout=5).text
-    assert 'inferledger_spans_rejected_total{reason="overloaded"}' in metrics
+    refused = sum(1 for _, status, _ in results if status == 503)
+    assert (
+        f'inferledger_http_requests_total{{endpoint="/v1/traces",status="503"}} {refused}.0'
+        in metrics
+    )
     _check_flood(
         srv,
         results,
