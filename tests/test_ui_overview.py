@@ -122,7 +122,8 @@ def test_a_filter_change_rewrites_the_url_and_the_numbers(ledger_server, page) -
     expect(page.locator("#overview-kpi-spend")).to_have_text(money(expected))
     page.wait_for_function(
         "v => { const d = document.querySelector('#overview-trend .js-plotly-plot')?.data;"
-        " return d && Math.abs(d[0].y.reduce((a, b) => a + b, 0) - v) < 1e-6; }",
+        " const y = d && d[0] && d[0].y;"
+        " return !!y && Math.abs(Array.from(y).reduce((a, b) => a + b, 0) - v) < 1e-6; }",
         arg=expected,
     )
 

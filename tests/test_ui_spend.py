@@ -165,7 +165,7 @@ def test_drill_down_from_team_to_app_to_route_reaches_the_requests(ledger_server
     expect(page.locator("#filter-team-value")).to_have_text("finance-ops")
     page.wait_for_function(
         "() => { const d = document.querySelector('#spend-tree .js-plotly-plot')?.data;"
-        " return d && d[0] && !d[0].labels.includes('(idle)'); }"
+        " return !!(d && d[0] && d[0].labels) && !Array.from(d[0].labels).includes('(idle)'); }"
     )
     (tree,) = traces(page, "spend-tree")
     assert set(tree["labels"]) == {"finance-ops", "document-extraction", "/extract"}
