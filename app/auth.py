@@ -47,6 +47,7 @@ from app.auth_pages import (
     forbidden_page,
     json_error,
     login_page,
+    sign_out_page,
 )
 from app.oidc import CALLBACK_PATH as OIDC_CALLBACK_PATH
 from app.oidc import OidcClient, OidcConfig, OidcError, redirect_uri
@@ -321,7 +322,14 @@ def _login() -> flask.Response:
 
 
 def _logout() -> flask.Response:
+    """POST signs out. GET only asks (a page with the button): a link or an image on another
+    site must not sign anyone out, and the SameSite=Lax cookie is not sent with another
+    site's POST."""
     user = current_user()
+    if flask.request.method == "GET":
+        if user is None:
+            return flask.redirect(LOGIN_PATH, 303)
+        return sign_out_page(user)
     if user is not None:
         log.info("signed out: %s", user.name)
     _sign_out()

@@ -96,9 +96,24 @@ def forbidden_message(user: User | None, needed: Role, what: str) -> str:
 def forbidden_page(user: User, needed: Role, page_name: str) -> flask.Response:
     body = Markup(
         '<h2>Not allowed</h2><p class="auth-error" role="alert">{msg}</p>'
-        '<p><a href="/">Back to the dashboards</a> · <a href="/logout">Sign out</a></p>'
-    ).format(msg=forbidden_message(user, needed, f"The page {page_name}"))
+        '<p><a href="/">Back to the dashboards</a></p>{sign_out}'
+    ).format(msg=forbidden_message(user, needed, f"The page {page_name}"), sign_out=_SIGN_OUT)
     return html_page("Not allowed · InferLedger", body, 403)
+
+
+#: Signing out is a POST (app/auth.py, _logout); the button looks like the link it replaces.
+_SIGN_OUT = Markup(
+    '<form class="user-signout-form" method="post" action="/logout">'
+    '<button type="submit" class="user-signout">Sign out</button></form>'
+)
+
+
+def sign_out_page(user: User) -> flask.Response:
+    """What GET /logout shows: who is signed in, and the button that signs out."""
+    body = Markup("<h2>Sign out</h2><p>You are signed in as {name}.</p>{sign_out}").format(
+        name=user.name, sign_out=_SIGN_OUT
+    )
+    return html_page("Sign out · InferLedger", body)
 
 
 def forbidden_layout(user: User | None, needed: Role, name: str) -> Any:

@@ -60,7 +60,13 @@ def user_badge():
         [
             html.Span(user.name, className="user-name"),
             html.Span(user.role.value, className="user-role", title="Your role"),
-            html.A("Sign out", href="/logout", className="user-signout"),
+            # A POST: a link to /logout on another site must not sign anyone out.
+            html.Form(
+                html.Button("Sign out", type="submit", className="user-signout"),
+                action="/logout",
+                method="POST",
+                className="user-signout-form",
+            ),
         ],
         className=f"user-badge role-{user.role.value}",
         title=f"Signed in as {user.name} ({user.role.value})",

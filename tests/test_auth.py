@@ -86,6 +86,10 @@ def _get(session: requests.Session | Any, url: str) -> requests.Response:
     return session.get(url, allow_redirects=False, timeout=10)
 
 
+def _post(session: requests.Session | Any, url: str) -> requests.Response:
+    return session.post(url, allow_redirects=False, timeout=10)
+
+
 # ------------------------------------------------------------------------------ hashes, rules
 def test_password_hash_format_and_verification() -> None:
     stored = users.hash_password("correct horse battery")
@@ -559,7 +563,11 @@ def test_sessions_end_with_password_change_disable_and_removal(secured: LiveServ
     # sign-out ends the session
     ann = signed_in(url, "ann")
     assert _get(ann, url + "/").status_code == 200
-    resp = _get(ann, url + "/logout")
+    # a GET (a link, an image on another site) only asks; the page's button POSTs
+    asked = _get(ann, url + "/logout")
+    assert asked.status_code == 200 and 'method="post" action="/logout"' in asked.text
+    assert _get(ann, url + "/").status_code == 200
+    resp = _post(ann, url + "/logout")
     assert resp.status_code == 303 and resp.headers["Location"] == "/login?out=1"
     assert "You have signed out." in _get(ann, url + "/login?out=1").text
     assert _get(ann, url + "/").status_code == 302

@@ -20,7 +20,15 @@ from inferledger.settings import load_settings
 from models import users
 from models.sessions import SessionStore
 from models.sessions import _digest as sessions_digest
-from tests.test_auth import PASSWORDS, _get, _people, _sign_in, signed_in, users_page_callback
+from tests.test_auth import (
+    PASSWORDS,
+    _get,
+    _people,
+    _post,
+    _sign_in,
+    signed_in,
+    users_page_callback,
+)
 
 ADD = "admin-users-"
 
@@ -43,7 +51,7 @@ def test_a_cookie_copied_before_sign_out_is_refused_after_it(secured) -> None:
     thief = _copy(vic)
     assert _get(thief, url + "/").status_code == 200  # the copy works while vic is signed in
     assert SessionStore(storage).count("vic") == 1
-    assert _get(vic, url + "/logout").status_code == 303
+    assert _post(vic, url + "/logout").status_code == 303
     # at once, for every copy: pages, Dash's endpoints, callbacks
     assert _signed_out(_get(thief, url + "/"))
     assert _get(thief, url + "/_dash-layout").status_code == 401
@@ -64,7 +72,7 @@ def test_sign_out_survives_a_restart(live_factory, tmp_path) -> None:
     _people(first.service.storage)
     vic = signed_in(first.url, "vic")
     thief = _copy(vic)
-    _get(vic, first.url + "/logout")
+    _post(vic, first.url + "/logout")
     first.service.request_stop()
     first.thread.join(30)
     second = live_factory(auth__enabled=True, db=db)
