@@ -110,9 +110,12 @@ _SIGN_OUT = Markup(
 
 def sign_out_page(user: User) -> flask.Response:
     """What GET /logout shows: who is signed in, and the button that signs out."""
-    body = Markup("<h2>Sign out</h2><p>You are signed in as {name}.</p>{sign_out}").format(
-        name=user.name, sign_out=_SIGN_OUT
-    )
+    body = Markup(
+        "<h2>Sign out</h2><p>You are signed in as {name}.</p>"
+        '<form method="post" action="/logout">'
+        '<button type="submit" class="auth-button">Sign out</button></form>'
+        '<p><a href="/">Back to the dashboards</a></p>'
+    ).format(name=user.name)
     return html_page("Sign out · InferLedger", body)
 
 
