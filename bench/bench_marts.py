@@ -10,7 +10,9 @@ query answers in under 300 ms at 10M requests. Steps:
 - full refresh: the marts emptied, then `models.marts.refresh(storage)` over all the data;
 - incremental hour: one more hour of 50 req/s (bench/ledger_data.append_hours; 180,000
   requests) written into the raw tables, then the refresh timed alone;
-- queries: each of `models.ledger_queries.dashboard_queries(...)` run once to warm up, then 5 times.
+- queries: every named query the pages run (:func:`page_query_names`, found in the page
+  modules' source, not listed by hand), bound as the pages bind them
+  (:func:`dashboard_queries`), run once to warm up, then 5 times.
 
 The database is opened as `inferledger serve` opens it (storage.memory_limit 2GB, 2 threads),
 and prepared as it prepares it: the price book seeded when empty, replicas learned. The run
@@ -20,26 +22,31 @@ writes into it (marts, one more hour per incremental step): keep a copy to start
 from __future__ import annotations
 
 import argparse
+import ast
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-for folder in (ROOT, ROOT / "bench"):
-    if str(folder) not in sys.path:
-        sys.path.insert(0, str(folder))
+# ROOT first: bench/ingest.py must not shadow the ingest package; bench/ after it, for
+# ledger_data.
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+if str(ROOT / "bench") not in sys.path:
+    sys.path.append(str(ROOT / "bench"))
 
 from ledger_data import append_hours  # noqa: E402
 
 from inferledger.server import prepare_reference_data  # noqa: E402
 from inferledger.settings import load_settings  # noqa: E402
 from inferledger.storage import Storage  # noqa: E402
-from models.ledger_queries import Filters, dashboard_queries  # noqa: E402
+from models.ledger_queries import Filters, bind, query_names, query_sql  # noqa: E402
 from models.marts import Refresher, refresh  # noqa: E402
 
 INCREMENTAL_TARGET_S = 10.0
@@ -47,13 +54,114 @@ QUERY_TARGET_MS = 300.0
 Query = str | tuple[str, dict[str, Any]]
 
 
+# ---------------------------------------------------------------------------- which queries
+def _page_modules() -> list[Path]:
+    """app/ and every models module it imports, directly or through other models modules:
+    where a page's named queries are written."""
+    files = sorted((ROOT / "app").rglob("*.py"))
+    seen: set[Path] = set()
+    todo = list(files)
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names: list[str] = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            for name in names:
+                if name.split(".")[0] == "models":
+                    module = ROOT.joinpath(*name.split(".")).with_suffix(".py")
+                    if module.is_file():
+                        todo.append(module)
+    return sorted(seen)
+
+
+def _names_in(files: Iterable[Path], known: set[str]) -> set[str]:
+    """The string constants in `files` that name a query of sql/queries."""
+    found = set()
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and node.value in known:
+                found.add(node.value)
+    return found
+
+
+def page_query_names() -> list[str]:
+    """Every named query a page can run: each sql/queries name written in app/ or in a models
+    module app/ imports (a literal, so a name a page picks at run time, like the request
+    explorer's two orderings, counts too)."""
+    return sorted(_names_in(_page_modules(), set(query_names())))
+
+
+#: Extra bindings timed besides each query's first-load one: (label, query, parameters).
+VARIANTS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("spend_over_time by team/day", "spend_over_time", {"dim": "team", "bucket": "day"}),
+    ("economics_by_key by workflow", "economics_by_key", {"dim": "workflow"}),
+    ("requests_explorer_newest, page 20", "requests_explorer_newest", {"offset": 1000}),
+)
+
+
+def first_load_params(storage: Storage, filters: Filters) -> dict[str, Any]:
+    """A value for every parameter a page query takes besides the filters, as the pages pass
+    them on first load; the trace and task pages open the newest trace that has a task."""
+    row = storage.fetchall(
+        "select trace_id, span_id, task_key from mart_requests "
+        "where hour >= ? and hour < ? and task_key is not null order by start_ns desc limit 1",
+        [filters.start, filters.end],
+    )
+    trace_id, span_id, task_key = row[0] if row else ("", "", "")
+    window = {"from_ns": 0, "to_ns": 0}
+    sql, params = bind("trace_window", filters, trace_id=trace_id)
+    found = storage.query_arrow(sql, params).to_pylist()[0]
+    if found["calls"]:
+        window = {"from_ns": found["from_ns"], "to_ns": found["to_ns"]}
+    return {
+        "dim": "route",
+        "bucket": "hour" if filters.end - filters.start <= timedelta(days=7) else "day",
+        "limit": 50,
+        "offset": 0,
+        "page_size": 50,
+        "hosting": None,
+        "failed_only": False,
+        "model_like": None,
+        "min_cost": None,
+        "sort": "cost",  # the explorer's other ordering (first load is requests_explorer_newest)
+        "descending": True,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "task_key": task_key,
+        **window,
+    }
+
+
+def dashboard_queries(
+    storage: Storage, filters: Filters, names: Iterable[str] | None = None
+) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Each page query (default: :func:`page_query_names`) bound with the filters and
+    :func:`first_load_params`, then the :data:`VARIANTS`: label -> (SQL, parameters)."""
+    params = first_load_params(storage, filters)
+    out = {}
+    for name in names if names is not None else page_query_names():
+        needed = query_sql(name)[1]
+        out[name] = bind(name, filters, **{k: v for k, v in params.items() if k in needed})
+    for label, name, extra in VARIANTS:
+        needed = query_sql(name)[1]
+        given = {k: v for k, v in params.items() if k in needed}
+        out[label] = bind(name, filters, **{**given, **extra})
+    return out
+
+
 def load_dashboard_queries(storage: Storage, days: float = 7.0) -> dict[str, Query]:
-    """The pages' first-load queries over the last `days` days of the data (its newest hour)."""
+    """The pages' queries over the last `days` days of the data (its newest hour)."""
     newest = storage.scalar("select max(hour) from mart_spend_hourly")
     if newest is None:
         raise SystemExit("the marts are empty: run the full step first")
     filters = Filters.last(days, now=newest)
-    return dict(dashboard_queries(filters))
+    return dict(dashboard_queries(storage, filters))
 
 
 @contextmanager

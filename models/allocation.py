@@ -8,13 +8,12 @@ transaction (the caller's cursor). Definitions: docs/cost-model.md.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from functools import cache
-from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+from models.sql_steps import load_steps, run_step, run_steps
 
 if TYPE_CHECKING:
     import duckdb
@@ -29,28 +28,6 @@ LOOKBACK_NS = 6 * HOUR_NS
 #: (Prometheus's staleness period).
 DEFAULT_MAX_SCRAPE_GAP_NS = 300 * 1_000_000_000
 
-_STEP_RE = re.compile(r"^-- step: (\w+)\s*$", re.MULTILINE)
-_PARAM_RE = re.compile(r"\$(\w+)")
-
-
-@dataclass(frozen=True, slots=True)
-class Step:
-    name: str
-    sql: str
-    params: tuple[str, ...]
-
-
-@cache
-def load_steps(file: str) -> tuple[Step, ...]:
-    """The statements of sql/marts/<file>, in order."""
-    text = resources.files("sql").joinpath("marts", file).read_text(encoding="utf-8")
-    parts = _STEP_RE.split(text)
-    steps = []
-    for name, body in zip(parts[1::2], parts[2::2], strict=True):
-        sql = body.strip().rstrip(";")
-        steps.append(Step(name, sql, tuple(dict.fromkeys(_PARAM_RE.findall(sql)))))
-    return tuple(steps)
-
 
 def hour_floor_ns(ns: int) -> int:
     return ns // HOUR_NS * HOUR_NS
@@ -60,12 +37,6 @@ def hour_floor_ns(ns: int) -> int:
 class WindowResult:
     hours: int
     requests: int
-
-
-def run_steps(cur: duckdb.DuckDBPyConnection, file: str, params: dict[str, Any]) -> None:
-    """Run every step of sql/marts/<file> with the parameters it names."""
-    for step in load_steps(file):
-        cur.execute(step.sql, {name: params[name] for name in step.params})
 
 
 def drop_window_tables(cur: duckdb.DuckDBPyConnection) -> None:
@@ -128,7 +99,7 @@ def estimate_gpu_seconds(storage: Storage, from_ns: int, to_ns: int) -> pa.Table
     def op(cur: duckdb.DuckDBPyConnection) -> pa.Table:
         for step in load_steps("allocation.sql"):
             if step.name in wanted or step.name == "w_pieces":
-                cur.execute(step.sql, {name: params[name] for name in step.params})
+                run_step(cur, step, params)
         table = cur.sql(
             """
             select r.trace_id, r.engine_span_id as span_id, r.replica,

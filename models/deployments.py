@@ -22,25 +22,17 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from inferledger.errors import BadInputError
 from models.gpu_catalog import default_gpu_catalog
+from models.idle_policy import IdlePolicy
 
 if TYPE_CHECKING:
     import duckdb
 
     from inferledger.storage import Storage
     from models.workload.config import WorkloadConfig
-
-
-class IdlePolicy(StrEnum):
-    """Where a deployment's idle GPU cost goes (docs/cost-model.md, "Idle policy")."""
-
-    SEPARATE = "separate"
-    USAGE = "usage"
-    EVEN = "even"
 
 
 class DeploymentConfigError(BadInputError, ValueError):

@@ -22,7 +22,6 @@ SLO targets are data: :func:`seed_slo_targets_if_empty` loads models/data/slo_ta
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
@@ -35,6 +34,7 @@ import duckdb
 from inferledger.errors import BadInputError
 from inferledger.storage import Storage
 from inferledger.yaml_files import parse_yaml
+from models.sql_steps import load_steps, run_step
 
 #: KV-cache usage (0..1) at or above which a waiting request counts as KV-bound.
 KV_HIGH_USAGE = 0.9
@@ -57,9 +57,6 @@ _GAMMA = 10 ** (1 / BUCKETS_PER_DECADE)
 HISTOGRAM_RELATIVE_ERROR = (_GAMMA - 1) / (_GAMMA + 1)
 
 _HOUR = timedelta(hours=1)
-_STEP = re.compile(r"^-- step: ([a-z_0-9]+)\s*$", re.MULTILINE)
-_PARAM = re.compile(r"\$([a-z_][a-z0-9_]*)")
-_COMMENT = re.compile(r"--[^\n]*")
 
 
 class SloTargetsError(BadInputError):
@@ -173,18 +170,7 @@ def _run_steps(
     cur: duckdb.DuckDBPyConnection, file_name: str, params: dict[str, Any]
 ) -> dict[str, list[tuple[Any, ...]]]:
     """Run every step of sql/marts/<file_name> with the parameters it names; each step's rows."""
-    results = {}
-    for name, sql in _steps(file_name):
-        used = set(_PARAM.findall(_COMMENT.sub("", sql)))
-        results[name] = cur.execute(sql, {k: params[k] for k in used}).fetchall()
-    return results
-
-
-def _steps(file_name: str) -> list[tuple[str, str]]:
-    text = resources.files("sql").joinpath("marts", file_name).read_text(encoding="utf-8")
-    parts = _STEP.split(text)
-    # parts: [preamble, name1, body1, name2, body2, ...]
-    return [(parts[i], parts[i + 1].strip()) for i in range(1, len(parts), 2)]
+    return {step.name: run_step(cur, step, params).fetchall() for step in load_steps(file_name)}
 
 
 def _inserted(rows: Sequence[tuple[Any, ...]]) -> int:

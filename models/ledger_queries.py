@@ -1,6 +1,6 @@
 """The dashboard's queries: named SQL files in sql/queries, run over the marts with bound
 parameters (never raw spans, never SQL built from input). Pages call `run(storage, name, ...)`;
-the benchmark times every query in DASHBOARD_QUERIES.
+the benchmark (bench/bench_marts.py) times every query the pages name.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 from inferledger.errors import BadInputError
+from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
     from inferledger.storage import Storage
 
-IDLE_POLICIES = ("separate", "usage", "even", "configured")
 DIMENSIONS = ("team", "app", "route", "model", "workflow", "deployment", "stage", "environment")
 BUCKETS = ("hour", "day")
 _PARAM_RE = re.compile(r"\$(\w+)")
@@ -41,15 +41,15 @@ class Filters:
     app: str | None = None
     route: str | None = None
     model: str | None = None
-    policy: str = "configured"
+    policy: str = DEFAULT_CHOICE.value
 
     def __post_init__(self) -> None:
         if self.start.tzinfo is None or self.end.tzinfo is None:
             raise QueryError("start and end must carry a time zone")
         if self.end <= self.start:
             raise QueryError(f"the time range is empty: {self.start} to {self.end}")
-        if self.policy not in IDLE_POLICIES:
-            raise QueryError(f"idle policy must be one of {', '.join(IDLE_POLICIES)}")
+        if self.policy not in IDLE_CHOICES:
+            raise QueryError(f"idle policy must be one of {', '.join(IDLE_CHOICES)}")
 
     @classmethod
     def last(cls, days: float, now: datetime | None = None, **kw: Any) -> Filters:
@@ -108,33 +108,3 @@ def run(storage: Storage, name: str, filters: Filters, **extra: Any) -> pa.Table
     """Run a dashboard query; the result as an Arrow table."""
     sql, params = bind(name, filters, **extra)
     return storage.query_arrow(sql, params)
-
-
-def dashboard_queries(filters: Filters) -> dict[str, tuple[str, dict[str, Any]]]:
-    """Every query a page runs on first load, with the parameters it runs with: what the
-    benchmark times (bench/bench_marts.py)."""
-    return {
-        "spend_kpis": bind("spend_kpis", filters),
-        "spend_over_time by team/day": bind("spend_over_time", filters, dim="team", bucket="day"),
-        "spend_over_time by stage/hour": bind(
-            "spend_over_time", filters, dim="stage", bucket="hour"
-        ),
-        "spend_hierarchy": bind("spend_hierarchy", filters),
-        "top_movers by route": bind("top_movers", filters, dim="route"),
-        "overview_movers by route": bind("overview_movers", filters, dim="route", limit=8),
-        "overview_latency": bind("overview_latency", filters),
-        "overview_trend by hour": bind("overview_trend", filters, bucket="hour"),
-        "overview_gpu": bind("overview_gpu", filters),
-        "overview_failures": bind("overview_failures", filters),
-        "unit_economics": bind("unit_economics", filters),
-        "economics_by_key by workflow": bind("economics_by_key", filters, dim="workflow"),
-        "latency_stage_percentiles": bind("latency_stage_percentiles", filters),
-        "latency_slo": bind("latency_slo", filters),
-        "gpu_by_deployment": bind("gpu_by_deployment", filters),
-        "latency_by_route": bind("latency_by_route", filters),
-        "cache_by_deployment": bind("cache_by_deployment", filters),
-        "requests_page (first)": bind("requests_page", filters),
-        "requests_page (app filter, page 20)": bind(
-            "requests_page", filters.with_(app="support-assistant"), offset=1000
-        ),
-    }

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from models import idle_policy
 from models.ledger_queries import Filters, QueryError, run
 
 if TYPE_CHECKING:
@@ -55,19 +56,6 @@ FORECAST_METHOD = (
     "and weekly cycles average out), or over the complete hours since the ledger began when it "
     "holds less than a week."
 )
-#: What each idle policy does, in one line (docs/cost-model.md, "Idle policy").
-IDLE_POLICY_TEXT = {
-    "configured": "each deployment's own idle policy applies (set per deployment)",
-    "separate": "idle GPU time is its own line, charged to no team",
-    "usage": "each deployment-hour's idle is charged to its requests in proportion to their usage",
-    "even": "each deployment-hour's idle is split equally among its requests",
-}
-IDLE_POLICY_LABEL = {
-    "configured": "Per deployment",
-    "separate": "Separate line",
-    "usage": "Shared by usage",
-    "even": "Shared evenly",
-}
 
 
 # ------------------------------------------------------------------------------ time buckets
@@ -697,8 +685,8 @@ def spend_summary(storage: Storage, filters: Filters) -> SpendSummary:
 
 def idle_explanation(policy: str, spend: float, unshared_idle: float, idle: float) -> str:
     """One line: what the idle policy does and how much idle is left unshared."""
-    text = IDLE_POLICY_TEXT.get(policy, policy)
-    label = IDLE_POLICY_LABEL.get(policy, policy)
+    text = idle_policy.DESCRIPTION.get(policy, policy)
+    label = idle_policy.LABEL.get(policy, policy)
     share = f" ({unshared_idle / spend:.0%} of spend)" if spend else ""
     shared = idle - unshared_idle
     return (

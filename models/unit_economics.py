@@ -13,28 +13,23 @@ Two refreshes, both run on the writer's cursor inside the caller's transaction:
   a call or review in the window, recomputed whole from the cost marts;
 - :func:`refresh_tasks_for_outcomes` — the known tasks named by outcomes posted since a time.
 
-The SQL lives in sql/marts/tasks.sql, one statement per ``-- step:``. The query helpers at the
-end are what the UI calls: grouping columns come from an allowlist, values are bound.
+The SQL lives in sql/marts/tasks.sql, one statement per ``-- step:`` (run by
+models/sql_steps.py). The Unit economics page reads the views through its named queries
+(sql/queries/economics_*.sql).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import date, datetime
-from enum import StrEnum
-from functools import cache
+from collections.abc import Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
-
-from inferledger.errors import BadInputError
-from inferledger.storage import quote_ident
-from models.allocation import HOUR_NS, LOOKBACK_NS, Step, load_steps
+from models.allocation import HOUR_NS, LOOKBACK_NS
+from models.sql_steps import run_step, steps_by_name
 
 if TYPE_CHECKING:
     import duckdb
 
-    from inferledger.storage import Storage
 
 _FILE = "tasks.sql"
 #: Task (or trace) ranges closer than this are read from the marts (or spans) in one scan: a
@@ -52,43 +47,10 @@ _TEMP_TABLES = (
     "t_tasks",
 )
 
-#: Columns of task_outcomes a helper may group or filter by.
-TASK_DIMENSIONS = (
-    "day",
-    "week",
-    "environment",
-    "app",
-    "team",
-    "route",
-    "workflow",
-    "first_model",
-    "final_model",
-    "outcome",
-)
-
-
-class CostPolicy(StrEnum):
-    """Which idle cost a task carries (docs/cost-model.md, "Idle policy")."""
-
-    SEPARATE = "separate"
-    USAGE = "usage"
-    EVEN = "even"
-    CONFIGURED = "configured"
-
-
-class UnitEconomicsQueryError(BadInputError):
-    """A helper was asked for a column or policy it does not know; nothing was read."""
-
 
 # ---------------------------------------------------------------------------- refreshes
 def _run(cur: duckdb.DuckDBPyConnection, name: str, params: Mapping[str, Any]) -> None:
-    step = _steps()[name]
-    cur.execute(step.sql, {p: params[p] for p in step.params})
-
-
-@cache
-def _steps() -> dict[str, Step]:
-    return {step.name: step for step in load_steps(_FILE)}
+    run_step(cur, steps_by_name(_FILE)[name], params)
 
 
 def _islands(cur: duckdb.DuckDBPyConnection, step: str) -> list[tuple[int, int]]:
@@ -161,171 +123,3 @@ def refresh_tasks_for_outcomes(
     hours of tasks with new outcomes, then calls this).
     """
     return _recompute(cur, "t_keys_outcomes", {"since": since_received_at}, (None, None))
-
-
-# ---------------------------------------------------------------------------- queries
-def _dimensions(by: Sequence[str], what: str) -> list[str]:
-    if isinstance(by, str):
-        by = (by,)
-    unknown = [name for name in by if name not in TASK_DIMENSIONS]
-    if unknown:
-        raise UnitEconomicsQueryError(
-            f"{what}: unknown column {unknown[0]!r} (known: {', '.join(TASK_DIMENSIONS)})"
-        )
-    return list(dict.fromkeys(by))
-
-
-def _policy(idle_policy: CostPolicy | str) -> CostPolicy:
-    try:
-        return CostPolicy(str(idle_policy).lower())
-    except ValueError:
-        raise UnitEconomicsQueryError(
-            f"idle_policy must be one of {', '.join(p.value for p in CostPolicy)}, "
-            f"got {idle_policy!r}"
-        ) from None
-
-
-def _where(
-    start: date | None,
-    end: date | None,
-    filters: Mapping[str, str | Sequence[str] | None] | None,
-) -> tuple[str, list[Any]]:
-    """A WHERE clause over task_outcomes: start <= day < end, and each filter column equal to
-    its value (or one of its values; None matches NULL)."""
-    clauses: list[str] = []
-    params: list[Any] = []
-    if start is not None:
-        clauses.append("day >= ?")
-        params.append(_as_date(start, "start"))
-    if end is not None:
-        clauses.append("day < ?")
-        params.append(_as_date(end, "end"))
-    for name, value in (filters or {}).items():
-        (column,) = _dimensions((name,), "filters")
-        ident = quote_ident(column)
-        values = [value] if value is None or isinstance(value, str | date) else list(value)
-        given = [v for v in values if v is not None]
-        parts = []
-        if given:
-            parts.append(f"{ident} in ({', '.join('?' for _ in given)})")
-            params.extend(given)
-        if len(given) < len(values):
-            parts.append(f"{ident} is null")
-        clauses.append("(" + (" or ".join(parts) or "false") + ")")
-    return (" where " + " and ".join(clauses)) if clauses else "", params
-
-
-def _as_date(value: date, what: str) -> date:
-    if isinstance(value, datetime):
-        return value.date()
-    if isinstance(value, date):
-        return value
-    raise UnitEconomicsQueryError(f"{what} must be a date, got {value!r}")
-
-
-# The same measures as sql/views/outcome_economics.sql, over any grouping (a test checks that
-# grouping by the view's grain gives the view's numbers).
-_MEASURES = """
-    count(*) as tasks,
-    count(*) filter (where outcome = 'accepted') as accepted,
-    count(*) filter (where outcome = 'corrected') as corrected,
-    count(*) filter (where outcome = 'rejected') as rejected,
-    count(*) filter (where outcome = 'failed') as failed,
-    count(*) filter (where outcome = 'pending') as pending,
-    count(*) filter (where is_accepted) as accepted_outcomes,
-    cast(sum(llm_calls) as bigint) as llm_calls,
-    cast(sum(tokens) as bigint) as tokens,
-    sum({total}) as total_cost,
-    sum({total}) / nullif(count(*) filter (where is_accepted), 0) as cost_per_accepted,
-    sum({total}) / nullif(count(*) filter (where outcome = 'accepted'), 0)
-        as cost_per_accepted_strict,
-    count(*) filter (where is_accepted) / nullif(count(*) filter (where decided), 0)
-        as acceptance_rate,
-    sum(waste_cost) as waste_cost,
-    sum(waste_cost) / nullif(sum(total_cost), 0) as waste_share,
-    sum(retry_cost) / nullif(sum(total_cost), 0) as retry_share,
-    sum(fallback_cost) / nullif(sum(total_cost), 0) as fallback_share,
-    sum(review_cost) / nullif(sum(total_cost), 0) as review_share,
-    sum(llm_cost) / nullif(sum(llm_calls), 0) as cost_per_request,
-    sum(llm_cost) * 1e6 / nullif(sum(tokens), 0) as cost_per_1m_tokens
-"""
-_POLICY_TOTAL = {
-    CostPolicy.SEPARATE: "total_cost",
-    CostPolicy.USAGE: "total_cost_usage",
-    CostPolicy.EVEN: "total_cost_even",
-    CostPolicy.CONFIGURED: "total_cost_configured",
-}
-
-
-def cost_per_accepted(
-    storage: Storage,
-    start: date | None = None,
-    end: date | None = None,
-    by: Sequence[str] = ("workflow",),
-    filters: Mapping[str, str | Sequence[str] | None] | None = None,
-    idle_policy: CostPolicy | str = CostPolicy.SEPARATE,
-) -> pa.Table:
-    """Cost per accepted outcome of the tasks that started on days [start, end), grouped by
-    ``by`` (columns of TASK_DIMENSIONS), one row per group, sorted by it.
-
-    Columns: the ``by`` columns; tasks, accepted, corrected, rejected, failed, pending,
-    accepted_outcomes (accepted + corrected), llm_calls, tokens, total_cost (under
-    ``idle_policy``), cost_per_accepted (÷ accepted_outcomes), cost_per_accepted_strict
-    (÷ accepted only), acceptance_rate (of decided tasks), waste_cost, waste_share,
-    retry_share, fallback_share, review_share (of the `separate` total), cost_per_request and
-    cost_per_1m_tokens (LLM cost only). Ratios are NULL where their denominator is 0.
-    """
-    groups = _dimensions(by, "by")
-    total = _POLICY_TOTAL[_policy(idle_policy)]
-    where, params = _where(start, end, filters)
-    cols = ", ".join(quote_ident(c) for c in groups)
-    select = (cols + ", ") if groups else ""
-    tail = f" group by {cols} order by {cols}" if groups else ""
-    sql = f"select {select}{_MEASURES.format(total=total)} from task_outcomes{where}{tail}"
-    return storage.query_arrow(sql, params)
-
-
-#: Orderings list_tasks accepts (each descending, then by task_key).
-TASK_ORDERS = ("total_cost", "waste_cost", "retry_cost", "review_cost", "first_start")
-
-
-def list_tasks(
-    storage: Storage,
-    start: date | None = None,
-    end: date | None = None,
-    filters: Mapping[str, str | Sequence[str] | None] | None = None,
-    order_by: str = "total_cost",
-    limit: int = 100,
-) -> pa.Table:
-    """The tasks that started on days [start, end) matching ``filters`` (task_outcomes rows),
-    the ``limit`` first by ``order_by`` (one of TASK_ORDERS, descending)."""
-    if order_by not in TASK_ORDERS:
-        raise UnitEconomicsQueryError(
-            f"order_by: unknown column {order_by!r} (known: {', '.join(TASK_ORDERS)})"
-        )
-    if not isinstance(limit, int) or limit < 1:
-        raise UnitEconomicsQueryError(f"limit must be a positive integer, got {limit!r}")
-    where, params = _where(start, end, filters)
-    sql = (
-        f"select * from task_outcomes{where} "
-        f"order by {quote_ident(order_by)} desc, task_key limit {limit}"
-    )
-    return storage.query_arrow(sql, params)
-
-
-def false_economy(storage: Storage, start: date | None = None, end: date | None = None) -> pa.Table:
-    """The false_economy_findings rows whose week (the week after the change) starts on a day
-    in [start, end), newest first."""
-    clauses, params = [], []
-    if start is not None:
-        clauses.append("week >= ?")
-        params.append(_as_date(start, "start"))
-    if end is not None:
-        clauses.append("week < ?")
-        params.append(_as_date(end, "end"))
-    where = (" where " + " and ".join(clauses)) if clauses else ""
-    sql = (
-        f"select * from false_economy_findings{where} "
-        "order by week desc, scope, workflow nulls last, app nulls last, route nulls last"
-    )
-    return storage.query_arrow(sql, params)

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from inferledger.ledger_fixtures import S, SpanSet, store_scrapes, worked_example
 from models.allocation import HOUR_NS
-from models.deployments import Deployment, IdlePolicy, set_idle_policy, sync_configured
+from models.deployments import Deployment, set_idle_policy, sync_configured
+from models.idle_policy import IdlePolicy
 from models.marts import Refresher, refresh, windows
 from models.price_book import set_price
 
@@ -210,7 +211,8 @@ def test_services_per_call_and_per_hour(storage):
 
 
 def test_review_from_spans_then_a_posted_outcome(storage):
-    from ingest.outcomes import parse_outcomes_json, store_outcomes
+    from ingest.outcome_parse import parse_outcomes_json
+    from ingest.outcome_writer import store_outcomes
 
     price(storage, "reviewer", "*", "hour", 40.0)
     price(storage, "reviewer", "ann", "hour", 60.0)

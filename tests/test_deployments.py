@@ -23,7 +23,6 @@ from ingest.span_writer import decode_for_storage, insert_spans
 from models.deployments import (
     Deployment,
     DeploymentConfigError,
-    IdlePolicy,
     deployments_from_workload,
     gpu_type_name,
     learn_replicas,
@@ -32,6 +31,7 @@ from models.deployments import (
     set_idle_policy,
     sync_configured,
 )
+from models.idle_policy import IdlePolicy
 from models.otlp import add_attribute
 from models.workload import load_workload
 

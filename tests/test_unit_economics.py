@@ -15,21 +15,16 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
 from inferledger.fixtures import BASE_NS
 from inferledger.storage import Storage
-from ingest.outcomes import parse_outcomes_json, store_outcomes
+from ingest.outcome_parse import parse_outcomes_json
+from ingest.outcome_writer import store_outcomes
 from ingest.span_writer import decode_for_storage, insert_spans
 from models import price_book as pb
 from models.allocation import HOUR_NS, allocate_window
 from models.deployments import learn_replicas, parse_deployments, sync_configured
+from models.ledger_queries import Filters, QueryError, bind, run
 from models.marts import Refresher
 from models.otlp import add_attribute
-from models.unit_economics import (
-    UnitEconomicsQueryError,
-    cost_per_accepted,
-    false_economy,
-    list_tasks,
-    refresh_tasks_for_outcomes,
-    refresh_tasks_window,
-)
+from models.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
 
 S = 1_000_000_000
 H0 = BASE_NS // HOUR_NS * HOUR_NS  # 2026-05-28 20:00 UTC, a Thursday
@@ -188,6 +183,25 @@ def task(storage: Storage, key: str) -> dict:
     rows = storage.query("select * from task_outcomes where task_key = ?", [key]).to_dicts()
     assert len(rows) == 1, rows
     return rows[0]
+
+
+def page_query(
+    storage: Storage,
+    name: str,
+    start: date = date(2026, 1, 1),
+    end: date = date(2027, 1, 1),
+    **kw: object,
+) -> list[dict]:
+    """A named query of the Unit economics page over the tasks that started on days
+    [start, end) (the whole fixture by default); ``kw``: filters (policy, app, ...) and dim."""
+    fields = {"environment", "team", "app", "route", "model", "policy"}
+    filters = Filters(
+        datetime.combine(start, datetime.min.time(), UTC),
+        datetime.combine(end, datetime.min.time(), UTC),
+        **{k: v for k, v in kw.items() if k in fields},
+    )
+    extra = {k: v for k, v in kw.items() if k not in fields}
+    return run(storage, name, filters, **extra).to_pylist()
 
 
 def economics(storage: Storage) -> dict:
@@ -463,8 +477,8 @@ def test_self_hosted_calls_carry_their_idle_share(storage: Storage) -> None:
     assert t9["idle_even"] == pytest.approx(4.0 - usage, rel=1e-9)
     assert t9["total_cost"] == pytest.approx(usage, rel=1e-9)
     assert t9["total_cost_configured"] == pytest.approx(4.0, rel=1e-9)
-    e = cost_per_accepted(storage, by=("final_model",), idle_policy="configured").to_pylist()
-    assert e[0]["final_model"] == "llama-8b"
+    e = page_query(storage, "economics_by_key", dim="model", policy="configured")
+    assert [r["key"] for r in e] == ["llama-8b"]  # by the task's final model
     assert e[0]["cost_per_accepted"] == pytest.approx(4.0, rel=1e-9)
 
 
@@ -543,8 +557,9 @@ def test_a_cheaper_model_whose_acceptance_collapses_is_one_finding(storage: Stor
         "big-llm to small-llm cut cost per request by 80.0% but cost per accepted outcome "
         "rose by 60.0% (acceptance 80.0% -> 10.0%)."
     )
-    assert false_economy(storage, start=date(2026, 6, 1)).num_rows == 1
-    assert false_economy(storage, end=date(2026, 6, 1)).num_rows == 0
+    # the Unit economics page lists the findings whose week overlaps its range
+    assert len(page_query(storage, "economics_false_economy", start=date(2026, 6, 1))) == 1
+    assert len(page_query(storage, "economics_false_economy", end=date(2026, 6, 1))) == 0
 
 
 # ---------------------------------------------------------------- contracts
@@ -602,51 +617,67 @@ def test_contracts_hold_and_every_cost_lands_in_exactly_one_task(storage: Storag
     assert before.equals(after)
 
 
-def test_the_helper_matches_the_view_at_its_grain(storage: Storage) -> None:
+#: The sums outcome_economics and economics_by_key share; the ratios are recomputed from them.
+SUMS = ("tasks", "accepted", "corrected", "rejected", "failed", "pending", "total_cost")
+SUMS += ("waste_cost", "retry_cost", "fallback_cost", "review_cost")
+
+
+def test_the_page_queries_match_the_view(storage: Storage) -> None:
     worked_example(storage)
     false_economy_fixture(storage)
-    by = ("day", "workflow", "app", "route")
-    helper = cost_per_accepted(storage, by=by).to_pylist()
-    view = storage.query(
-        "select * from outcome_economics order by day, workflow, app, route"
-    ).to_dicts()
-    assert len(helper) == len(view) == 7
-    for h, v in zip(helper, view, strict=True):
-        assert [v[k] for k in by] == [h[k] for k in by]
-        for k, x in h.items():
-            if k in by:
-                continue
-            assert v[k] == (x if x is None else pytest.approx(x, rel=1e-12)), k
-    # filters and date ranges are bound parameters; several values and NULL work
-    docs = cost_per_accepted(
-        storage, DAY, DAY + timedelta(days=1), by=("route",), filters={"app": "docs"}
-    ).to_pylist()
-    assert [(r["route"], r["tasks"], r["accepted"]) for r in docs] == [
+    view = storage.query("select * from outcome_economics").to_dicts()
+    assert len(view) == 7
+    for dim in ("workflow", "app", "route"):
+        rolled: dict[str, dict[str, float]] = {}
+        for v in view:
+            into = rolled.setdefault(v[dim] or "(none)", dict.fromkeys(SUMS, 0))
+            for k in SUMS:
+                into[k] += v[k]
+        by_key = {r["key"]: r for r in page_query(storage, "economics_by_key", dim=dim)}
+        assert set(by_key) == set(rolled), dim
+        for key, sums in rolled.items():
+            q = by_key[key]
+            assert {k: q[k] for k in SUMS} == pytest.approx(sums, rel=1e-12), (dim, key)
+            outcomes = sums["accepted"] + sums["corrected"]
+            decided = sums["tasks"] - sums["pending"]
+            expected = {
+                "accepted_outcomes": outcomes,
+                "cost_per_accepted": sums["total_cost"] / outcomes if outcomes else None,
+                "acceptance_rate": outcomes / decided if decided else None,
+                "waste_share": sums["waste_cost"] / sums["total_cost"],
+                "retry_share": sums["retry_cost"] / sums["total_cost"],
+                "fallback_share": sums["fallback_cost"] / sums["total_cost"],
+                "review_share": sums["review_cost"] / sums["total_cost"],
+            }
+            for k, x in expected.items():
+                assert q[k] == (x if x is None else pytest.approx(x, rel=1e-12)), (dim, key, k)
+    totals = page_query(storage, "economics_totals")[0]
+    assert totals["tasks"] == sum(v["tasks"] for v in view)
+    assert totals["total_cost"] == pytest.approx(sum(v["total_cost"] for v in view), rel=1e-12)
+    # the time range and the filters are bound parameters
+    docs = page_query(
+        storage, "economics_by_key", DAY, DAY + timedelta(days=1), app="docs", dim="route"
+    )
+    assert sorted((r["key"], r["tasks"], r["accepted"]) for r in docs) == [
         ("/classify", 20, 18),
         ("/rare", 5, 5),
         ("/summarize", 20, 16),
     ]
-    both = cost_per_accepted(
-        storage, by=(), filters={"route": ["/rare", "/answer"], "outcome": "accepted"}
-    )
-    assert both.to_pylist()[0]["tasks"] == 5 + 1  # /rare's first week, ticket-2
-    with_null = cost_per_accepted(storage, by=(), filters={"workflow": ["rare", None]})
-    assert with_null.to_pylist()[0]["tasks"] == 10
-    assert cost_per_accepted(storage, by=(), filters={"team": None}).to_pylist()[0]["tasks"] == 0
-    top = list_tasks(storage, filters={"workflow": "answer-ticket"}, limit=2)
-    assert top.column("task_key").to_pylist() == ["ticket-1", "ticket-3"]
+    assert page_query(storage, "economics_by_key", team="nobody", dim="app") == []
+    assert page_query(storage, "economics_totals", team="nobody")[0]["tasks"] == 0
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda s: cost_per_accepted(s, by=("app; drop table mart_tasks",)), "unknown column"),
-        (lambda s: cost_per_accepted(s, filters={"cost": "1"}), "unknown column 'cost'"),
-        (lambda s: cost_per_accepted(s, idle_policy="shared"), "idle_policy must be one of"),
-        (lambda s: list_tasks(s, order_by="task_key"), "order_by: unknown column"),
-        (lambda s: list_tasks(s, limit=0), "limit must be a positive integer"),
+        (
+            lambda s: bind("economics_by_key", Filters.last(1), dim="app; drop table mart_tasks"),
+            "dimension must be one of",
+        ),
+        (lambda s: page_query(s, "economics_by_key", dim="cost"), "dimension must be one of"),
+        (lambda s: page_query(s, "economics_totals", policy="shared"), "idle policy must be one"),
     ],
 )
-def test_helpers_refuse_unknown_columns(storage: Storage, call, message: str) -> None:
-    with pytest.raises(UnitEconomicsQueryError, match=message):
+def test_the_page_queries_refuse_unknown_columns(storage: Storage, call, message: str) -> None:
+    with pytest.raises(QueryError, match=message):
         call(storage)

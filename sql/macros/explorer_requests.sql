@@ -10,20 +10,14 @@ CREATE OR REPLACE MACRO explorer_requests(
 with requests as (
     select
         *,
-        case p_policy
-            when 'separate' then 0.0
-            when 'usage' then idle_usage_cost
-            when 'even' then idle_even_cost
-            else idle_configured_cost
-        end as idle_cost
+        by_idle_policy(p_policy, 0.0, idle_usage_cost, idle_even_cost, idle_configured_cost)
+            as idle_cost
     from mart_requests
     where
         hour >= p_start and hour < p_end
-        and (p_environment is null or environment = p_environment)
-        and (p_team is null or team = p_team)
-        and (p_app is null or app = p_app)
-        and (p_route is null or route = p_route)
-        and (p_model is null or model = p_model)
+        and global_filter(
+            environment, team, app, route, model, p_environment, p_team, p_app, p_route, p_model
+        )
         and (p_hosting is null or hosting = p_hosting)
         and (not p_failed_only or failed)
         and (p_model_like is null or contains(lower(model), lower(p_model_like)))

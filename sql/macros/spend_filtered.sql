@@ -8,17 +8,10 @@ CREATE OR REPLACE MACRO spend_filtered(
 select
     hour, environment, app, team, route, workflow, model, deployment, stage,
     requests, failed_requests, input_tokens, output_tokens,
-    case p_policy
-        when 'separate' then cost_separate
-        when 'usage' then cost_usage
-        when 'even' then cost_even
-        else cost_configured
-    end as cost
+    by_idle_policy(p_policy, cost_separate, cost_usage, cost_even, cost_configured) as cost
 from mart_spend_hourly
 where
     hour >= p_start and hour < p_end
-    and (p_environment is null or environment = p_environment)
-    and (p_team is null or team = p_team)
-    and (p_app is null or app = p_app)
-    and (p_route is null or route = p_route)
-    and (p_model is null or model = p_model);
+    and global_filter(
+        environment, team, app, route, model, p_environment, p_team, p_app, p_route, p_model
+    );

@@ -429,8 +429,7 @@ final as (
 
 select
     * exclude (idle_policy),
-    case idle_policy when 'usage' then idle_usage when 'even' then idle_even else 0 end
-        as idle_configured
+    by_idle_policy(idle_policy, 0, idle_usage, idle_even, 0) as idle_configured
 from final;
 
 -- step: store_pieces

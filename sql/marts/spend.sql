@@ -338,11 +338,13 @@ idle_left as (
         d.idle_cost as c_sep,
         case when coalesce(u.usage_cost, 0) > 0 then 0 else d.idle_cost end as c_use,
         case when coalesce(u.pieces, 0) > 0 then 0 else d.idle_cost end as c_even,
-        case d.idle_policy
-            when 'usage' then case when coalesce(u.usage_cost, 0) > 0 then 0 else d.idle_cost end
-            when 'even' then case when coalesce(u.pieces, 0) > 0 then 0 else d.idle_cost end
-            else d.idle_cost
-        end as c_conf
+        by_idle_policy(
+            d.idle_policy,
+            d.idle_cost,
+            case when coalesce(u.usage_cost, 0) > 0 then 0 else d.idle_cost end,
+            case when coalesce(u.pieces, 0) > 0 then 0 else d.idle_cost end,
+            d.idle_cost
+        ) as c_conf
     from dep_hours as d
     left join dep_usage as u on u.hour = d.hour and u.deployment = d.deployment
     left join (

@@ -1,9 +1,9 @@
 -- one row per key of $dim (workflow, route, app, team, environment or model = the task's final
--- model): tasks that started in the hours [$start, $end) (mart_outcomes_hourly), their outcomes, cost per accepted outcome under
--- idle policy $policy, waste split into disjoint parts, and retry, fallback and review cost
--- Definitions: docs/unit-economics.md. A task is kept when it matches every filter; the model
--- filter matches a task whose first or final LLM call used the model. Waste, retry, fallback
--- and review costs are under the `separate` policy (no idle), as in outcome_economics.
+-- model): tasks that started in the hours [$start, $end) and match the filters
+-- (outcomes_filtered), their outcomes, cost per accepted outcome under idle policy $policy
+-- (cost_per_accepted), waste split into disjoint parts, and retry, fallback and review cost.
+-- Definitions: docs/unit-economics.md. Waste, retry, fallback and review costs are under the
+-- `separate` policy (no idle), as in outcome_economics.
 with tasks as (
     select
         coalesce(
@@ -17,21 +17,8 @@ with tasks as (
             end,
             '(none)'
         ) as key,
-        case $policy
-            when 'usage' then total_cost_usage
-            when 'even' then total_cost_even
-            when 'configured' then total_cost_configured
-            else total_cost
-        end as policy_cost,
         *
-    from mart_outcomes_hourly
-    where
-        hour >= $start and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or first_model = $model or final_model = $model)
+    from outcomes_filtered($start, $end, $policy, $environment, $team, $app, $route, $model)
 ),
 
 sums as (
@@ -43,8 +30,6 @@ sums as (
         cast(sum(rejected) as bigint) as rejected,
         cast(sum(failed) as bigint) as failed,
         cast(sum(pending) as bigint) as pending,
-        cast(sum(accepted) + sum(corrected) as bigint) as accepted_outcomes,
-        cast(sum(tasks) - sum(pending) as bigint) as decided,
         sum(policy_cost) as total_cost,
         sum(total_cost) as direct_cost,
         sum(waste_cost) as waste_cost,
@@ -63,9 +48,13 @@ sums as (
 
 final as (
     select
-        *,
-        total_cost / nullif(accepted_outcomes, 0) as cost_per_accepted,
-        accepted_outcomes / nullif(decided, 0) as acceptance_rate,
+        key, tasks, accepted, corrected, rejected, failed, pending,
+        accepted_outcomes(accepted, corrected) as accepted_outcomes,
+        tasks - pending as decided,
+        total_cost, direct_cost, waste_cost, rejected_cost, failed_task_cost, failed_call_cost,
+        retry_cost, fallback_cost, review_cost, review_s,
+        cost_per_accepted(total_cost, accepted, corrected) as cost_per_accepted,
+        acceptance_rate(tasks, accepted, corrected, pending) as acceptance_rate,
         waste_cost / nullif(direct_cost, 0) as waste_share,
         retry_cost / nullif(direct_cost, 0) as retry_share,
         fallback_cost / nullif(direct_cost, 0) as fallback_share,

@@ -2,29 +2,16 @@
 -- cost under idle policy $policy, cost per accepted outcome, waste and review cost (the
 -- `separate` policy). Same task selection as economics_by_key.
 with tasks as (
-    select
-        case $policy
-            when 'usage' then total_cost_usage
-            when 'even' then total_cost_even
-            when 'configured' then total_cost_configured
-            else total_cost
-        end as policy_cost,
-        *
-    from mart_outcomes_hourly
-    where
-        hour >= $start and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or first_model = $model or final_model = $model)
+    select *
+    from outcomes_filtered($start, $end, $policy, $environment, $team, $app, $route, $model)
 ),
 
 sums as (
     select
         cast(coalesce(sum(tasks), 0) as bigint) as tasks,
-        cast(coalesce(sum(accepted) + sum(corrected), 0) as bigint) as accepted_outcomes,
-        cast(coalesce(sum(tasks) - sum(pending), 0) as bigint) as decided,
+        cast(coalesce(sum(accepted), 0) as bigint) as accepted,
+        cast(coalesce(sum(corrected), 0) as bigint) as corrected,
+        cast(coalesce(sum(pending), 0) as bigint) as pending,
         coalesce(sum(policy_cost), 0) as total_cost,
         coalesce(sum(total_cost), 0) as direct_cost,
         coalesce(sum(waste_cost), 0) as waste_cost,
@@ -34,9 +21,12 @@ sums as (
 
 final as (
     select
-        *,
-        total_cost / nullif(accepted_outcomes, 0) as cost_per_accepted,
-        accepted_outcomes / nullif(decided, 0) as acceptance_rate,
+        tasks,
+        accepted_outcomes(accepted, corrected) as accepted_outcomes,
+        tasks - pending as decided,
+        total_cost, direct_cost, waste_cost, review_cost,
+        cost_per_accepted(total_cost, accepted, corrected) as cost_per_accepted,
+        acceptance_rate(tasks, accepted, corrected, pending) as acceptance_rate,
         waste_cost / nullif(direct_cost, 0) as waste_share,
         review_cost / nullif(direct_cost, 0) as review_share
     from sums

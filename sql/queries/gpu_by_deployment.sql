@@ -10,8 +10,8 @@ with selected as (
     select distinct deployment
     from deployment_replicas
     where
-        ($environment is null or environment = $environment)
-        and ($model is null or model = $model)
+        -- deployments have no team, app or route: those filters do not narrow them
+        global_filter(environment, null, null, null, model, $environment, null, null, null, $model)
 ),
 
 hours as (

@@ -16,10 +16,10 @@ with buckets as (
     from mart_latency_buckets
     where
         hour >= $start and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        -- the histograms have no team: a team filter leaves them all in
+        and global_filter(
+            environment, null, app, route, model, $environment, null, $app, $route, $model
+        )
     group by all
 ),
 

@@ -6,11 +6,9 @@
 with requests as (
     select
         *,
-        ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        global_filter(
+            environment, team, app, route, model, $environment, $team, $app, $route, $model
+        )
         and not failed and isfinite(ttft_s) and ttft_s >= 0 as measured
     from mart_requests
     where hour >= $start and hour < $end and hosting = 'self_hosted' and deployment is not null

@@ -7,11 +7,9 @@ with served as (
     from mart_spend_hourly
     where
         hour >= $start and hour < $end and deployment is not null and requests > 0
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        and global_filter(
+            environment, team, app, route, model, $environment, $team, $app, $route, $model
+        )
 ),
 
 unfiltered as (

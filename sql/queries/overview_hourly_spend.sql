@@ -4,10 +4,8 @@ select hour, sum(cost) as cost
 from spend_hourly
 where
     idle_policy = $policy and hour >= $start and hour < $end
-    and ($environment is null or environment = $environment)
-    and ($team is null or team = $team)
-    and ($app is null or app = $app)
-    and ($route is null or route = $route)
-    and ($model is null or model = $model)
+    and global_filter(
+        environment, team, app, route, model, $environment, $team, $app, $route, $model
+    )
 group by hour
 order by hour

@@ -18,10 +18,9 @@ buckets as (
     from mart_latency_buckets as b
     where
         b.hour >= $start and b.hour < $end and b.stage in ('ttft', 'e2e')
-        and ($environment is null or b.environment = $environment)
-        and ($app is null or b.app = $app)
-        and ($route is null or b.route = $route)
-        and ($model is null or b.model = $model)
+        and global_filter(
+            b.environment, null, b.app, b.route, b.model, $environment, null, $app, $route, $model
+        )
         and ($team is null or exists (
             select 1 from team_routes as t
             where

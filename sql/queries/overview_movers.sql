@@ -24,11 +24,9 @@ with spend as (
     from spend_hourly
     where
         idle_policy = $policy and hour >= $start - ($end - $start) and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        and global_filter(
+            environment, team, app, route, model, $environment, $team, $app, $route, $model
+        )
 ),
 
 retries as (
@@ -46,20 +44,15 @@ retries as (
             '(none)'
         ) as key,
         hour >= $start as current,
-        prefill_cost + decode_cost + case $policy
-            when 'usage' then idle_usage_cost
-            when 'even' then idle_even_cost
-            when 'configured' then idle_configured_cost
-            else 0
-        end as cost
+        prefill_cost + decode_cost
+        + by_idle_policy($policy, 0, idle_usage_cost, idle_even_cost, idle_configured_cost)
+            as cost
     from mart_requests
     where
         attempt > 1 and hour >= $start - ($end - $start) and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        and global_filter(
+            environment, team, app, route, model, $environment, $team, $app, $route, $model
+        )
 ),
 
 spend_sums as (

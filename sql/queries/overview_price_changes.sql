@@ -30,11 +30,9 @@ used as (
     from mart_spend_hourly
     where
         stage in ('prefill', 'decode') and hour >= $start - ($end - $start) and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        and global_filter(
+            environment, team, app, route, model, $environment, $team, $app, $route, $model
+        )
 ),
 
 gpu_types as (

@@ -10,11 +10,9 @@ with spend as (
     from spend_hourly
     where
         idle_policy = $policy and hour >= $start and hour < $end
-        and ($environment is null or environment = $environment)
-        and ($team is null or team = $team)
-        and ($app is null or app = $app)
-        and ($route is null or route = $route)
-        and ($model is null or model = $model)
+        and global_filter(
+            environment, team, app, route, model, $environment, $team, $app, $route, $model
+        )
     group by 1
 ),
 
@@ -36,10 +34,9 @@ buckets as (
     from mart_latency_buckets as b
     where
         b.hour >= $start and b.hour < $end and b.stage = 'ttft'
-        and ($environment is null or b.environment = $environment)
-        and ($app is null or b.app = $app)
-        and ($route is null or b.route = $route)
-        and ($model is null or b.model = $model)
+        and global_filter(
+            b.environment, null, b.app, b.route, b.model, $environment, null, $app, $route, $model
+        )
         and ($team is null or exists (
             select 1 from team_routes as t
             where

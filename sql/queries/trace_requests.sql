@@ -5,12 +5,8 @@
 with requests as (
     select
         *,
-        case $policy
-            when 'separate' then 0.0
-            when 'usage' then idle_usage_cost
-            when 'even' then idle_even_cost
-            else idle_configured_cost
-        end as idle_cost
+        by_idle_policy($policy, 0.0, idle_usage_cost, idle_even_cost, idle_configured_cost)
+            as idle_cost
     from mart_requests
     where trace_id = $trace_id and start_ns >= $from_ns and start_ns < $to_ns
 ),

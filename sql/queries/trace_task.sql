@@ -4,12 +4,9 @@
 with task as (
     select
         *,
-        case $policy
-            when 'separate' then total_cost
-            when 'usage' then total_cost_usage
-            when 'even' then total_cost_even
-            else total_cost_configured
-        end as cost
+        by_idle_policy(
+            $policy, total_cost, total_cost_usage, total_cost_even, total_cost_configured
+        ) as cost
     from task_outcomes
     where task_key = $task_key
 ),

@@ -8,12 +8,9 @@ with calls as (
         start_time,
         failed,
         attempt,
-        prefill_cost + decode_cost + case $policy
-            when 'separate' then 0.0
-            when 'usage' then idle_usage_cost
-            when 'even' then idle_even_cost
-            else idle_configured_cost
-        end as cost
+        prefill_cost + decode_cost
+        + by_idle_policy($policy, 0.0, idle_usage_cost, idle_even_cost, idle_configured_cost)
+            as cost
     from mart_requests
     where task_key = $task_key and start_ns >= $from_ns and start_ns <= $to_ns
 ),

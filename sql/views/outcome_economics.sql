@@ -1,7 +1,8 @@
 -- one row per day x workflow x app x route (UTC day a task started; NULL keys are their own group)
 -- Cost per accepted outcome and where the money of each accepted outcome went. Sum the count
--- and cost columns to roll up; recompute ratios from the sums (models.unit_economics
--- .cost_per_accepted does, over any grouping). Definitions: docs/unit-economics.md.
+-- and cost columns to roll up; recompute ratios from the sums with the measure macros
+-- (sql/macros/cost_per_accepted.sql, acceptance_rate.sql), as the Unit economics page does.
+-- Definitions: docs/unit-economics.md.
 with sums as (
     select
         cast(timezone('UTC', hour) as date) as day, workflow, app, route,
@@ -39,11 +40,12 @@ with sums as (
 final as (
     select
         *,
-        accepted + corrected as accepted_outcomes,
-        total_cost / nullif(accepted + corrected, 0) as cost_per_accepted,
-        total_cost / nullif(accepted, 0) as cost_per_accepted_strict,
-        total_cost_configured / nullif(accepted + corrected, 0) as cost_per_accepted_configured,
-        (accepted + corrected) / nullif(tasks - pending, 0) as acceptance_rate,
+        accepted_outcomes(accepted, corrected) as accepted_outcomes,
+        cost_per_accepted(total_cost, accepted, corrected) as cost_per_accepted,
+        cost_per_accepted(total_cost, accepted, 0) as cost_per_accepted_strict,
+        cost_per_accepted(total_cost_configured, accepted, corrected)
+            as cost_per_accepted_configured,
+        acceptance_rate(tasks, accepted, corrected, pending) as acceptance_rate,
         waste_cost / nullif(total_cost, 0) as waste_share,
         retry_cost / nullif(total_cost, 0) as retry_share,
         fallback_cost / nullif(total_cost, 0) as fallback_share,
