@@ -14,12 +14,15 @@ import io
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
 
 from app import context
+from app.figures import FigureFn, empty_figure
 from app.filters import filters_from
-from models.ledger_queries import Filters
+from app.formats import money as money  # re-exported: pages format with it
+from app.formats import number as number
+from app.formats import seconds as seconds
+from models.ledger_queries import Filters, run
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,32 +37,6 @@ def ids(page: str) -> Callable[[str], str]:
         return f"{page}-{name}"
 
     return make
-
-
-def money(value: float | None, digits: int = 2) -> str:
-    if value is None:
-        return "–"
-    if abs(value) >= 1_000_000:
-        return f"${value / 1_000_000:,.2f}M"
-    if abs(value) >= 10_000:
-        return f"${value:,.0f}"
-    return f"${value:,.{digits}f}"
-
-
-def number(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if abs(value) >= 1_000_000:
-        return f"{value / 1_000_000:,.2f}M"
-    if abs(value) >= 10_000:
-        return f"{value / 1_000:,.1f}k"
-    return f"{value:,.0f}" if float(value).is_integer() else f"{value:,.2f}"
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
 
 
 def stat(label: str, value: str, *, hint: str | None = None, id: str | None = None) -> html.Div:
@@ -120,36 +97,6 @@ def chart_card(
     )
 
 
-def empty_figure() -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(
-        xaxis={"visible": False},
-        yaxis={"visible": False},
-        margin={"l": 0, "r": 0, "t": 0, "b": 0},
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="rgba(0,0,0,0)",
-    )
-    return fig
-
-
-def style(fig: go.Figure, *, money_axis: bool = False, legend: bool = True) -> go.Figure:
-    """The house style: compact margins, readable fonts, money on the y axis when asked."""
-    fig.update_layout(
-        margin={"l": 56, "r": 16, "t": 8, "b": 40},
-        font={"family": "Inter, system-ui, sans-serif", "size": 13, "color": "#1f2933"},
-        paper_bgcolor="rgba(0,0,0,0)",
-        plot_bgcolor="#ffffff",
-        hoverlabel={"font": {"size": 13}},
-        showlegend=legend,
-        legend={"orientation": "h", "y": -0.18},
-    )
-    if money_axis:
-        fig.update_yaxes(tickprefix="$", separatethousands=True)
-    fig.update_xaxes(gridcolor="#e4e7eb")
-    fig.update_yaxes(gridcolor="#e4e7eb")
-    return fig
-
-
 def to_csv(table: pa.Table) -> str:
     buf = io.StringIO()
     writer = csv.writer(buf)
@@ -162,24 +109,21 @@ def to_csv(table: pa.Table) -> str:
 
 def why_empty(filters: Filters) -> str:
     """Why a chart has nothing to show, in the user's terms."""
-    storage = context.storage()
-    spans = storage.scalar("select count(*) from (select 1 from spans limit 1)")
-    if not spans:
+    d = run(context.storage(), "data_presence", filters).to_pylist()[0]
+    if not d["spans"]:
         return (
             "No data yet: nothing has been ingested. Point an OpenTelemetry exporter at "
             "POST /v1/traces, or run `inferledger demo`."
         )
-    refreshed = storage.scalar("select count(*) from mart_refresh_log")
-    if not refreshed:
+    if not d["refreshes"]:
         return "The cost ledger has not been computed yet: the first refresh runs within a minute."
-    span = storage.fetchall("select min(hour), max(hour) from mart_spend_hourly")[0]
     where = f"{filters.start:%Y-%m-%d %H:%M} to {filters.end:%Y-%m-%d %H:%M} UTC"
     active = [
         f"{k}={v}" for k, v in filters.params().items() if k not in ("start", "end", "policy") and v
     ]
     held = (
-        f"; the ledger holds {span[0]:%Y-%m-%d %H:%M} to {span[1]:%Y-%m-%d %H:%M}"
-        if span[0]
+        f"; the ledger holds {d['first_hour']:%Y-%m-%d %H:%M} to {d['last_hour']:%Y-%m-%d %H:%M}"
+        if d["first_hour"]
         else ""
     )
     also = f" with {', '.join(active)}" if active else ""
@@ -187,7 +131,6 @@ def why_empty(filters: Filters) -> str:
 
 
 DataFn = Callable[[Filters], "pa.Table"]
-FigureFn = Callable[["pa.Table", Filters], go.Figure]
 
 
 def chart(

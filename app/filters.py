@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import parse_qs, urlencode
 
-from models.ledger_queries import IDLE_POLICIES, Filters
+from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
+from models.ledger_queries import Filters
 
 PRESETS = {
     "24h": "Last 24 hours",
@@ -35,14 +36,24 @@ MAX_SPAN = timedelta(days=400)
 #: How far past the current hour a range may end: a custom range picked "through today" ends
 #: at tomorrow's midnight, which should not raise a notice.
 FUTURE_MARGIN = timedelta(days=1)
-DEFAULT_POLICY = "configured"
-FILTER_KEYS = ("env", "team", "app", "route", "model")
-_FILTER_FIELDS = {
+DEFAULT_POLICY = DEFAULT_CHOICE.value
+#: The global equality filters, in the filter bar's order: URL key -> Filters field (which is
+#: also the column of the marts it narrows). The app's one URL-filter map (issue #9).
+FILTER_FIELDS = {
     "env": "environment",
     "team": "team",
     "app": "app",
     "route": "route",
     "model": "model",
+}
+FILTER_KEYS = tuple(FILTER_FIELDS)
+#: Each filter's label in the filter bar.
+FILTER_LABELS = {
+    "env": "Environment",
+    "team": "Team",
+    "app": "App",
+    "route": "Route",
+    "model": "Model",
 }
 
 
@@ -72,7 +83,7 @@ class UrlState:
             end = end_of_hour
         else:
             start, end = end_of_hour - timedelta(days=7), end_of_hour
-        fields = {_FILTER_FIELDS[k]: v for k, v in self.values.items() if v}
+        fields = {FILTER_FIELDS[k]: v for k, v in self.values.items() if v}
         return Filters(start=start, end=end, policy=self.policy, **fields)
 
     def query_string(self) -> str:
@@ -178,7 +189,7 @@ def parse(search: str | None, now: datetime | None = None) -> UrlState:
                 problems.append(f"custom range {start} to {end}: {', '.join(notes)}")
                 start, end = _format_when(begin), _format_when(until, end=True)
     policy = first.get("idle", DEFAULT_POLICY)
-    if policy not in IDLE_POLICIES:
+    if policy not in IDLE_CHOICES:
         problems.append(f"unknown idle policy {policy!r}: using {DEFAULT_POLICY}")
         policy = DEFAULT_POLICY
     values = {k: first.get(k) or None for k in FILTER_KEYS}

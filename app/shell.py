@@ -16,26 +16,23 @@ from dash import ALL, Input, Output, State, callback, dcc, html
 
 from app import context
 from app.components import URL_ID
-from app.filters import FILTER_KEYS, PRESETS, UrlState, parse
+from app.filters import FILTER_FIELDS, FILTER_KEYS, FILTER_LABELS, PRESETS, UrlState, parse
 from inferledger import __version__
+from models import idle_policy
+from models.ledger_queries import Filters, run
 
 FILTER_ID = "filter"
-_LABELS = {"env": "Environment", "team": "Team", "app": "App", "route": "Route", "model": "Model"}
-_COLUMNS = {"env": "environment", "team": "team", "app": "app", "route": "route", "model": "model"}
 #: Pages that arrive with later issues keep their place in the navigation.
 COMING = (("Budgets & alerts", "/budgets"), ("Capacity planner", "/capacity"))
 
 
-def filter_options() -> dict[str, list[str]]:
-    """Values to offer in each filter: what the spend mart holds (small, aggregated)."""
-    storage = context.storage()
-    out: dict[str, list[str]] = {}
-    for key, column in _COLUMNS.items():
-        rows = storage.fetchall(
-            f"select distinct {column} from mart_spend_hourly where {column} is not null "
-            f"order by 1 limit 500"
-        )
-        out[key] = [r[0] for r in rows]
+def filter_options(filters: Filters) -> dict[str, list[str]]:
+    """Values to offer in each filter: what the spend mart holds (small, aggregated; the
+    query reads no filter, `run` just wants one)."""
+    out: dict[str, list[str]] = {key: [] for key in FILTER_KEYS}
+    key_of = {field: key for key, field in FILTER_FIELDS.items()}
+    for row in run(context.storage(), "filter_options", filters).to_pylist():
+        out[key_of[row["field"]]].append(row["value"])
     return out
 
 
@@ -44,7 +41,7 @@ def _dropdown(key: str, value: str | None, options: list[str]) -> html.Div:
         options = [value, *options]
     return html.Div(
         [
-            html.Label(_LABELS[key], htmlFor=f"{FILTER_ID}-{key}", className="filter-label"),
+            html.Label(FILTER_LABELS[key], htmlFor=f"{FILTER_ID}-{key}", className="filter-label"),
             dcc.Dropdown(
                 id=f"{FILTER_ID}-{key}",
                 options=[{"label": o, "value": o} for o in options],
@@ -60,7 +57,11 @@ def _dropdown(key: str, value: str | None, options: list[str]) -> html.Div:
 
 def filter_bar(state: UrlState) -> html.Div:
     # Dash builds the layout once outside any request to check it: no database then.
-    options = filter_options() if flask.has_request_context() else {k: [] for k in _COLUMNS}
+    options = (
+        filter_options(state.filters())
+        if flask.has_request_context()
+        else {k: [] for k in FILTER_KEYS}
+    )
     return html.Div(
         [
             html.Div(
@@ -99,12 +100,7 @@ def filter_bar(state: UrlState) -> html.Div:
                     html.Label("Idle cost", htmlFor=f"{FILTER_ID}-idle", className="filter-label"),
                     dcc.Dropdown(
                         id=f"{FILTER_ID}-idle",
-                        options=[
-                            {"label": "Per deployment", "value": "configured"},
-                            {"label": "Separate line", "value": "separate"},
-                            {"label": "Shared by usage", "value": "usage"},
-                            {"label": "Shared evenly", "value": "even"},
-                        ],
+                        options=idle_policy.choice_options(),
                         value=state.policy,
                         clearable=False,
                         className="filter-dropdown",

@@ -14,7 +14,9 @@ from dash import Input, Output, State, callback, dcc, html
 from app import context
 from app.auth import RoleRequiredError
 from app.components import ids
-from models import deployments
+from app.filters import filters_from
+from models import deployments, idle_policy
+from models.ledger_queries import run
 
 dash.register_page(
     __name__,
@@ -26,15 +28,6 @@ dash.register_page(
 )
 
 ID = ids("admin-deployments")
-_POLICIES = [
-    {"label": "separate — idle is its own line", "value": "separate"},
-    {"label": "usage — shared by the deployment's usage cost", "value": "usage"},
-    {"label": "even — shared equally per request", "value": "even"},
-]
-_COLUMNS = (
-    "replica, deployment, model, model_source, gpu_type, gpu_type_source, gpus, gpus_source, "
-    "idle_policy, idle_policy_source, num_gpu_blocks, block_size, last_seen"
-)
 
 
 def layout(**_kwargs: object) -> html.Div:
@@ -65,7 +58,7 @@ def layout(**_kwargs: object) -> html.Div:
                             html.Label("Idle policy", htmlFor=ID("policy")),
                             dcc.Dropdown(
                                 id=ID("policy"),
-                                options=_POLICIES,
+                                options=idle_policy.policy_options(),
                                 value="separate",
                                 clearable=False,
                             ),
@@ -93,9 +86,8 @@ def _show(_version: int) -> tuple[Any, list[str]]:
         context.require_role("admin")
     except RoleRequiredError as exc:
         return html.P(str(exc), className="auth-error", role="alert"), []
-    rows = context.storage().fetchall(
-        f"select {_COLUMNS} from deployment_replicas order by deployment, replica"
-    )
+    # the query reads no global filter; `run` still wants a Filters
+    rows = run(context.storage(), "deployment_replicas", filters_from(None)).to_pylist()
     if not rows:
         return html.P(
             "No replicas yet: add vLLM scrape targets (scrape.targets) with their deployment.",
@@ -105,13 +97,17 @@ def _show(_version: int) -> tuple[Any, list[str]]:
     body = [
         html.Tr(
             [
-                html.Td(r[0]),
-                html.Td(r[1]),
-                html.Td(f"{r[2] or '–'} ({r[3] or 'unknown'})"),
-                html.Td(f"{r[4] or '–'} ({r[5] or 'unknown'})"),
-                html.Td(f"{r[6]} ({r[7]})"),
-                html.Td(f"{r[8]} ({r[9]})"),
-                html.Td("–" if r[10] is None else f"{r[10]:,} × {r[11]}"),
+                html.Td(r["replica"]),
+                html.Td(r["deployment"]),
+                html.Td(f"{r['model'] or '–'} ({r['model_source'] or 'unknown'})"),
+                html.Td(f"{r['gpu_type'] or '–'} ({r['gpu_type_source'] or 'unknown'})"),
+                html.Td(f"{r['gpus']} ({r['gpus_source']})"),
+                html.Td(f"{r['idle_policy']} ({r['idle_policy_source']})"),
+                html.Td(
+                    "–"
+                    if r["num_gpu_blocks"] is None
+                    else f"{r['num_gpu_blocks']:,} × {r['block_size']}"
+                ),
             ]
         )
         for r in rows
@@ -120,7 +116,7 @@ def _show(_version: int) -> tuple[Any, list[str]]:
         [html.Thead(html.Tr([html.Th(h, scope="col") for h in head])), html.Tbody(body)],
         className="table admin-table",
     )
-    return table, sorted({r[1] for r in rows})
+    return table, sorted({r["deployment"] for r in rows})
 
 
 @callback(

@@ -11,11 +11,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import dash
-import plotly.graph_objects as go
 from dash import Input, Output, callback, html
 
-from app import context
-from app.components import URL_ID, chart, ids, money, number, stat, style
+from app import context, palette
+from app.components import URL_ID, chart, ids, money, number, stat
+from app.figures import SHARE, Axis, FigureFn, Series, hbars_chart, series_of
 from app.filters import filters_from
 from models import page_data
 from models.ledger_queries import Filters, run
@@ -33,36 +33,55 @@ dash.register_page(
 
 ID = ids("economics")
 #: Outcome colours (Okabe-Ito: distinguishable with the common colour-vision deficiencies).
-OUTCOMES = (
-    ("accepted", "Accepted", "#009E73"),
-    ("corrected", "Corrected (accepted with edits)", "#56B4E9"),
-    ("rejected", "Rejected", "#E69F00"),
-    ("failed", "Failed", "#D55E00"),
-    ("pending", "Pending", "#999999"),
+OUTCOMES = series_of(
+    (
+        ("accepted", "Accepted", palette.BLUISH_GREEN),
+        ("corrected", "Corrected (accepted with edits)", palette.SKY_BLUE),
+        ("rejected", "Rejected", palette.ORANGE),
+        ("failed", "Failed", palette.VERMILION),
+        ("pending", "Pending", palette.GREY),
+    ),
+    hover="{name}: %{x:,} of %{customdata:,} tasks",
+    custom="tasks",
 )
-WASTE_PARTS = (
-    ("rejected_cost", "Rejected tasks", "#E69F00"),
-    ("failed_task_cost", "Failed tasks", "#D55E00"),
-    ("failed_call_cost", "Failed calls of other tasks", "#CC79A7"),
+WASTE_PARTS = series_of(
+    (
+        ("rejected_cost", "Rejected tasks", palette.ORANGE),
+        ("failed_task_cost", "Failed tasks", palette.VERMILION),
+        ("failed_call_cost", "Failed calls of other tasks", palette.REDDISH_PURPLE),
+    ),
+    hover="{name}: $%{x:,.4f}<br>All waste: %{customdata:.1%} of the workflow's cost",
+    custom="waste_share",
 )
-OVERHEADS = (
-    ("retry_share", "retry_cost", "Retries", "#0072B2"),
-    ("fallback_share", "fallback_cost", "Fallbacks", "#E69F00"),
-    ("review_share", "review_cost", "Human review", "#009E73"),
-)
-
-
-def _legend_on_top(fig: go.Figure) -> go.Figure:
-    """Legend above the plot: below it, it collides with the axis title in a short card."""
-    fig.update_layout(
-        legend={"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
-        margin={"t": 36},
+OVERHEADS = tuple(
+    Series(
+        share,
+        name,
+        colour,
+        hover=f"{name}: $%{{customdata:,.4f}} (%{{x:.1%}} of the workflow's cost)",
+        custom=cost,
     )
-    return fig
-
-
-def _col(table: pa.Table, name: str) -> list[Any]:
-    return table.column(name).to_pylist()
+    for share, cost, name, colour in (
+        ("retry_share", "retry_cost", "Retries", palette.BLUE),
+        ("fallback_share", "fallback_cost", "Fallbacks", palette.ORANGE),
+        ("review_share", "review_cost", "Human review", palette.BLUISH_GREEN),
+    )
+)
+COST_PER_ACCEPTED = Series(
+    "cost_per_accepted",
+    None,
+    palette.BRAND,
+    hover=(
+        "Cost per accepted outcome: $%{x:,.4f}<br>"
+        "Total cost: $%{customdata[2]:,.2f}<br>"
+        "Tasks: %{customdata[0]:,} (accepted outcomes %{customdata[1]:,})<br>"
+        "Acceptance rate: %{customdata[3]:.1%}"
+    ),
+    custom=("tasks", "accepted_outcomes", "total_cost", "acceptance_rate"),
+    text="cost_per_accepted",
+    texttemplate="$%{x:,.4f}",
+)
+BY_WORKFLOW_AXIS = Axis("Workflow")
 
 
 def _by(dim: str):
@@ -72,124 +91,36 @@ def _by(dim: str):
     return data
 
 
-def _cost_per_accepted_figure(label: str):
-    def figure(table: pa.Table, _filters: Filters) -> go.Figure:
-        fig = go.Figure(
-            go.Bar(
-                y=_col(table, "key"),
-                x=_col(table, "cost_per_accepted"),
-                orientation="h",
-                marker_color="#0b5cad",
-                text=_col(table, "cost_per_accepted"),
-                texttemplate="$%{x:,.4f}",
-                textposition="outside",
-                cliponaxis=False,
-                customdata=list(
-                    zip(
-                        _col(table, "tasks"),
-                        _col(table, "accepted_outcomes"),
-                        _col(table, "total_cost"),
-                        _col(table, "acceptance_rate"),
-                        strict=True,
-                    )
-                ),
-                hovertemplate=(
-                    f"<b>{label} %{{y}}</b><br>"
-                    "Cost per accepted outcome: $%{x:,.4f}<br>"
-                    "Total cost: $%{customdata[2]:,.2f}<br>"
-                    "Tasks: %{customdata[0]:,} (accepted outcomes %{customdata[1]:,})<br>"
-                    "Acceptance rate: %{customdata[3]:.1%}<extra></extra>"
-                ),
-            )
-        )
-        fig.update_xaxes(
-            title_text="Cost per accepted outcome (USD, log scale)",
-            type="log",
-            tickprefix="$",
-        )
-        fig.update_yaxes(title_text=label, autorange="reversed")
-        style(fig, legend=False)
-        fig.update_layout(margin={"r": 72})  # room for the value labels
-        return fig
-
-    return figure
-
-
-def _outcome_mix_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    keys = _col(table, "key")
-    tasks = _col(table, "tasks")
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=name,
-                y=keys,
-                x=_col(table, column),
-                orientation="h",
-                marker_color=colour,
-                customdata=tasks,
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{name}: %{{x:,}} of %{{customdata:,}} tasks<extra></extra>"
-                ),
-            )
-            for column, name, colour in OUTCOMES
-        ]
+def _cost_per_accepted_figure(label: str) -> FigureFn:
+    return hbars_chart(
+        "key",
+        [COST_PER_ACCEPTED],
+        x=Axis("Cost per accepted outcome (USD, log scale)", prefix="$", log=True),
+        y=Axis(label),
+        hover_head=f"<b>{label} %{{y}}</b><br>",
+        margin={"r": 72},  # room for the value labels
     )
-    fig.update_layout(barmode="stack", barnorm="percent", legend_traceorder="normal")
-    fig.update_xaxes(title_text="Share of tasks (%)", ticksuffix="%")
-    fig.update_yaxes(title_text="Workflow", autorange="reversed")
-    return _legend_on_top(style(fig))
 
 
-def _waste_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    keys = _col(table, "key")
-    shares = _col(table, "waste_share")
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=name,
-                y=keys,
-                x=_col(table, column),
-                orientation="h",
-                marker_color=colour,
-                customdata=shares,
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{name}: $%{{x:,.4f}}<br>"
-                    "All waste: %{customdata:.1%} of the workflow's cost<extra></extra>"
-                ),
-            )
-            for column, name, colour in WASTE_PARTS
-        ]
-    )
-    fig.update_layout(barmode="stack", legend_traceorder="normal")
-    fig.update_xaxes(title_text="Waste (USD)", tickprefix="$")
-    fig.update_yaxes(title_text="Workflow", autorange="reversed")
-    return _legend_on_top(style(fig))
+_outcome_mix_figure = hbars_chart(
+    "key",
+    OUTCOMES,
+    x=Axis("Share of tasks (%)", suffix="%"),
+    y=BY_WORKFLOW_AXIS,
+    stacked=True,
+    percent=True,
+)
 
+_waste_figure = hbars_chart(
+    "key", WASTE_PARTS, x=Axis("Waste (USD)", prefix="$"), y=BY_WORKFLOW_AXIS, stacked=True
+)
 
-def _overheads_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    keys = _col(table, "key")
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=name,
-                y=keys,
-                x=_col(table, share),
-                orientation="h",
-                marker_color=colour,
-                customdata=_col(table, cost),
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{name}: $%{{customdata:,.4f}} "
-                    "(%{x:.1%} of the workflow's cost)<extra></extra>"
-                ),
-            )
-            for share, cost, name, colour in OVERHEADS
-        ]
-    )
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(title_text="Share of the workflow's cost (%)", tickformat=".0%")
-    fig.update_yaxes(title_text="Workflow", autorange="reversed")
-    return _legend_on_top(style(fig))
-
+_overheads_figure = hbars_chart(
+    "key",
+    OVERHEADS,
+    x=Axis("Share of the workflow's cost (%)", format=SHARE),
+    y=BY_WORKFLOW_AXIS,
+)
 
 BY_WORKFLOW = chart(
     ID,

@@ -9,14 +9,25 @@ Numbers: sql/queries/gpu_*.sql over cache_efficiency and cache_by_app_between
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import dash
 import plotly.graph_objects as go
 from dash import Input, Output, callback, html
 
-from app import context
-from app.components import URL_ID, chart, ids, style
+from app import context, palette
+from app.components import URL_ID, chart, ids
+from app.figures import (
+    SHARE,
+    Axis,
+    Column,
+    Series,
+    hbars_chart,
+    legend_on_top,
+    series_of,
+    style,
+    table_figure,
+)
 from app.filters import filters_from
 from models import page_data
 from models.ledger_queries import Filters, run
@@ -33,41 +44,96 @@ dash.register_page(
 )
 
 ID = ids("gpu")
-DEPLOYMENT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9")
 #: Which global filters each group of cards applies (the others are named in its scope note).
 DEPLOYMENT_APPLY = ("environment", "model")
 APPS_APPLY = ("app", "route")
-#: The summary table: column, header, d3 format, $ prefix, relative width.
 SUMMARY_COLUMNS = (
-    ("deployment", "Deployment", None, None, 2.2),
-    ("gpu_hours", "GPU-hours", ",.1f", None, 1),
-    ("gpu_util", "GPU util. (DCGM)", ".1%", None, 1),
-    ("usage_share", "Usage share", ".1%", None, 1),
-    ("tokens_per_gpu_hour", "Tokens / GPU-hour", ",.0f", None, 1),
-    ("kv_usage_mean", "KV mean", ".1%", None, 1),
-    ("kv_usage_p90", "KV p90", ".0%", None, 1),
-    ("kv_usage_max", "KV max", ".1%", None, 1),
-    ("preemptions_per_1k", "Preemptions / 1k req.", ",.2f", None, 1),
-    ("prefix_hit_rate", "Prefix hit rate", ".1%", None, 1),
-    ("prefill_cost_saved", "Prefill saved", ",.2f", "$", 1),
-    ("cost_per_1m_prompt_tokens", "$ / 1M prompt tok.", ",.4f", "$", 1),
-    ("cost_per_1m_generation_tokens", "$ / 1M gen. tok.", ",.4f", "$", 1),
-    ("idle_cost", "Idle cost", ",.2f", "$", 1),
-    ("total_cost", "Total cost", ",.2f", "$", 1),
+    Column("deployment", "Deployment", width=2.2),
+    Column("gpu_hours", "GPU-hours", ",.1f"),
+    Column("gpu_util", "GPU util. (DCGM)", ".1%"),
+    Column("usage_share", "Usage share", ".1%"),
+    Column("tokens_per_gpu_hour", "Tokens / GPU-hour", ",.0f"),
+    Column("kv_usage_mean", "KV mean", ".1%"),
+    Column("kv_usage_p90", "KV p90", ".0%"),
+    Column("kv_usage_max", "KV max", ".1%"),
+    Column("preemptions_per_1k", "Preemptions / 1k req.", ",.2f"),
+    Column("prefix_hit_rate", "Prefix hit rate", ".1%"),
+    Column("prefill_cost_saved", "Prefill saved", ",.2f", "$"),
+    Column("cost_per_1m_prompt_tokens", "$ / 1M prompt tok.", ",.4f", "$"),
+    Column("cost_per_1m_generation_tokens", "$ / 1M gen. tok.", ",.4f", "$"),
+    Column("idle_cost", "Idle cost", ",.2f", "$"),
+    Column("total_cost", "Total cost", ",.2f", "$"),
 )
-
-
-def _col(table: pa.Table, name: str) -> list[Any]:
-    return table.column(name).to_pylist()
-
-
-def _legend_on_top(fig: go.Figure) -> go.Figure:
-    """Legend above the plot: below it, it collides with the axis title in a short card."""
-    fig.update_layout(
-        legend={"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
-        margin={"t": 36},
-    )
-    return fig
+_HOURS_AND_TOKENS = ("gpu_hours", "tokens_per_gpu_hour")
+UTILIZATION_SERIES = (
+    Series(
+        "gpu_util",
+        "GPU utilization (DCGM)",
+        palette.SKY_BLUE,
+        hover="DCGM GPU utilization: %{x:.1%}<br>GPU-hours up: %{customdata[0]:,.1f}",
+        custom=_HOURS_AND_TOKENS,
+    ),
+    Series(
+        "usage_share",
+        "Usage share (GPU time spent on requests)",
+        palette.BLUE,
+        hover=(
+            "GPU time attributed to requests: %{x:.1%}<br>"
+            "Tokens per GPU-hour: %{customdata[1]:,.0f}"
+        ),
+        custom=_HOURS_AND_TOKENS,
+    ),
+)
+TOKEN_SERIES = series_of(
+    (
+        ("tokens_per_gpu_hour", "Prompt + generated tokens", palette.BLUE),
+        ("generation_tokens_per_gpu_hour", "Generated tokens", palette.ORANGE),
+    ),
+    hover="{name}: %{x:,.0f} per GPU-hour",
+)
+UNIT_COST_SERIES = series_of(
+    (
+        ("cost_per_1m_prompt_tokens", "Prompt tokens (prefill)", palette.SKY_BLUE),
+        ("cost_per_1m_generation_tokens", "Generated tokens (decode)", palette.VERMILION),
+    ),
+    hover="{name}: $%{x:,.4f} per 1M",
+)
+IDLE_SERIES = series_of(
+    (
+        ("usage_cost", "Usage (requests' prefill and decode)", palette.BLUE),
+        ("idle_cost", "Idle (up, no request running)", palette.GREY),
+    ),
+    hover="{name}: $%{x:,.2f} of $%{customdata:,.2f}",
+    custom="total_cost",
+)
+PREFIX_SERIES = Series(
+    "prefix_hit_rate",
+    None,
+    palette.BLUISH_GREEN,
+    hover=(
+        "Prefix-cache hit rate: %{x:.1%} of prompt tokens looked up<br>"
+        "Prefill cost saved: $%{customdata[0]:,.4f}<br>"
+        "Preemptions: %{customdata[1]:,.2f} per 1k requests<br>"
+        "KV-bound waiting: %{customdata[2]:,.2f} replica-hours"
+    ),
+    custom=("prefill_cost_saved", "preemptions_per_1k", "kv_bound_h"),
+    text="prefill_cost_saved",
+    texttemplate="%{x:.1%}, $%{text:,.2f} saved",
+)
+APPS_SERIES = Series(
+    "hit_rate",
+    None,
+    palette.REDDISH_PURPLE,
+    hover=(
+        "Cached prompt tokens: %{x:.1%}<br>"
+        "Share of all prompt tokens: %{customdata[1]:.1%}<br>"
+        "Requests: %{customdata[2]:,}<br>"
+        "Prefill cost saved: $%{customdata[3]:,.4f}"
+    ),
+    custom=("poor_sharing_rank", "input_token_share", "requests", "prefill_cost_saved"),
+)
+#: Room for the deployment names left of the bars.
+_BY_DEPLOYMENT = {"l": 170}
 
 
 def _deployments(filters: Filters) -> pa.Table:
@@ -75,92 +141,19 @@ def _deployments(filters: Filters) -> pa.Table:
 
 
 def _summary_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    fig = go.Figure(
-        go.Table(
-            header={
-                "values": [f"<b>{header}</b>" for _, header, *_ in SUMMARY_COLUMNS],
-                "fill_color": "#f6f8fa",
-                "align": "left",
-                "font": {"size": 12},
-            },
-            cells={
-                "values": [_col(table, column) for column, *_ in SUMMARY_COLUMNS],
-                "format": [fmt for _, _, fmt, _, _ in SUMMARY_COLUMNS],
-                "prefix": [prefix for _, _, _, prefix, _ in SUMMARY_COLUMNS],
-                "align": "left",
-                "height": 28,
-                "font": {"size": 12},
-            },
-            columnwidth=[width for *_, width in SUMMARY_COLUMNS],
-        )
-    )
-    fig.update_layout(margin={"l": 0, "r": 0, "t": 0, "b": 0}, paper_bgcolor="rgba(0,0,0,0)")
-    return fig
+    return table_figure(table, SUMMARY_COLUMNS)
 
 
-def _utilization_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    deployments = _col(table, "deployment")
-    hover = list(zip(_col(table, "gpu_hours"), _col(table, "tokens_per_gpu_hour"), strict=True))
-    fig = go.Figure(
-        [
-            go.Bar(
-                name="GPU utilization (DCGM)",
-                y=deployments,
-                x=_col(table, "gpu_util"),
-                orientation="h",
-                marker_color="#56B4E9",
-                customdata=hover,
-                hovertemplate=(
-                    "<b>%{y}</b><br>DCGM GPU utilization: %{x:.1%}<br>"
-                    "GPU-hours up: %{customdata[0]:,.1f}<extra></extra>"
-                ),
-            ),
-            go.Bar(
-                name="Usage share (GPU time spent on requests)",
-                y=deployments,
-                x=_col(table, "usage_share"),
-                orientation="h",
-                marker_color="#0072B2",
-                customdata=hover,
-                hovertemplate=(
-                    "<b>%{y}</b><br>GPU time attributed to requests: %{x:.1%}<br>"
-                    "Tokens per GPU-hour: %{customdata[1]:,.0f}<extra></extra>"
-                ),
-            ),
-        ]
-    )
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(title_text="Share of GPU time (%)", tickformat=".0%")
-    fig.update_yaxes(autorange="reversed")
-    style(fig)
-    fig.update_layout(margin={"l": 170})
-    return _legend_on_top(fig)
+_utilization_figure = hbars_chart(
+    "deployment",
+    UTILIZATION_SERIES,
+    x=Axis("Share of GPU time (%)", format=SHARE),
+    margin=_BY_DEPLOYMENT,
+)
 
-
-def _tokens_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    deployments = _col(table, "deployment")
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=name,
-                y=deployments,
-                x=_col(table, column),
-                orientation="h",
-                marker_color=colour,
-                hovertemplate=f"<b>%{{y}}</b><br>{name}: %{{x:,.0f}} per GPU-hour<extra></extra>",
-            )
-            for column, name, colour in (
-                ("tokens_per_gpu_hour", "Prompt + generated tokens", "#0072B2"),
-                ("generation_tokens_per_gpu_hour", "Generated tokens", "#E69F00"),
-            )
-        ]
-    )
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(title_text="Tokens per GPU-hour up")
-    fig.update_yaxes(autorange="reversed")
-    style(fig)
-    fig.update_layout(margin={"l": 170})
-    return _legend_on_top(fig)
+_tokens_figure = hbars_chart(
+    "deployment", TOKEN_SERIES, x=Axis("Tokens per GPU-hour up"), margin=_BY_DEPLOYMENT
+)
 
 
 def _kv_data(filters: Filters) -> pa.Table:
@@ -175,7 +168,7 @@ def _kv_figure(table: pa.Table, _filters: Filters) -> go.Figure:
                 name=deployment,
                 x=[r["kv_usage"] for r in rows],
                 y=[r["time_share"] for r in rows],
-                marker_color=DEPLOYMENT_COLOURS[i % len(DEPLOYMENT_COLOURS)],
+                marker_color=palette.cycle(palette.DEPLOYMENTS, i),
                 customdata=[[r["kv_usage_to"], r["seconds"]] for r in rows],
                 hovertemplate=(
                     f"<b>{deployment}</b><br>KV-cache usage %{{x:.0%}} to %{{customdata[0]:.0%}}: "
@@ -186,138 +179,46 @@ def _kv_figure(table: pa.Table, _filters: Filters) -> go.Figure:
         ]
     )
     fig.update_layout(barmode="group", bargap=0.1)
-    fig.update_xaxes(title_text="KV-cache usage (% of blocks, 1 % buckets)", tickformat=".0%")
-    fig.update_yaxes(title_text="Share of replica time (%)", tickformat=".0%")
-    return _legend_on_top(style(fig))
+    fig.update_xaxes(title_text="KV-cache usage (% of blocks, 1 % buckets)", tickformat=SHARE)
+    fig.update_yaxes(title_text="Share of replica time (%)", tickformat=SHARE)
+    return legend_on_top(style(fig))
 
 
-def _prefix_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    fig = go.Figure(
-        go.Bar(
-            y=_col(table, "deployment"),
-            x=_col(table, "prefix_hit_rate"),
-            orientation="h",
-            marker_color="#009E73",
-            text=_col(table, "prefill_cost_saved"),
-            texttemplate="%{x:.1%}, $%{text:,.2f} saved",
-            textposition="outside",
-            cliponaxis=False,
-            customdata=list(
-                zip(
-                    _col(table, "prefill_cost_saved"),
-                    _col(table, "preemptions_per_1k"),
-                    _col(table, "kv_bound_h"),
-                    strict=True,
-                )
-            ),
-            hovertemplate=(
-                "<b>%{y}</b><br>Prefix-cache hit rate: %{x:.1%} of prompt tokens looked up<br>"
-                "Prefill cost saved: $%{customdata[0]:,.4f}<br>"
-                "Preemptions: %{customdata[1]:,.2f} per 1k requests<br>"
-                "KV-bound waiting: %{customdata[2]:,.2f} replica-hours<extra></extra>"
-            ),
-        )
-    )
-    fig.update_xaxes(title_text="Prefix-cache hit rate (% of tokens)", tickformat=".0%")
-    fig.update_xaxes(range=[0, 1])
-    fig.update_yaxes(autorange="reversed")
-    style(fig, legend=False)
-    fig.update_layout(margin={"l": 170, "r": 150})
-    return fig
+_prefix_figure = hbars_chart(
+    "deployment",
+    [PREFIX_SERIES],
+    x=Axis("Prefix-cache hit rate (% of tokens)", format=SHARE, range=(0, 1)),
+    margin={"l": 170, "r": 150},
+)
 
+_unit_cost_figure = hbars_chart(
+    "deployment",
+    UNIT_COST_SERIES,
+    x=Axis("USD per 1M tokens (log scale)", prefix="$", log=True),
+    margin=_BY_DEPLOYMENT,
+)
 
-def _unit_cost_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    deployments = _col(table, "deployment")
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=name,
-                y=deployments,
-                x=_col(table, column),
-                orientation="h",
-                marker_color=colour,
-                hovertemplate=f"<b>%{{y}}</b><br>{name}: $%{{x:,.4f}} per 1M<extra></extra>",
-            )
-            for column, name, colour in (
-                ("cost_per_1m_prompt_tokens", "Prompt tokens (prefill)", "#56B4E9"),
-                ("cost_per_1m_generation_tokens", "Generated tokens (decode)", "#D55E00"),
-            )
-        ]
-    )
-    fig.update_layout(barmode="group")
-    fig.update_xaxes(title_text="USD per 1M tokens (log scale)", type="log", tickprefix="$")
-    fig.update_yaxes(autorange="reversed")
-    style(fig)
-    fig.update_layout(margin={"l": 170})
-    return _legend_on_top(fig)
-
-
-def _idle_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    deployments = _col(table, "deployment")
-    totals = _col(table, "total_cost")
-    fig = go.Figure(
-        [
-            go.Bar(
-                name=name,
-                y=deployments,
-                x=_col(table, column),
-                orientation="h",
-                marker_color=colour,
-                customdata=totals,
-                hovertemplate=(
-                    f"<b>%{{y}}</b><br>{name}: $%{{x:,.2f}} of $%{{customdata:,.2f}}<extra></extra>"
-                ),
-            )
-            for column, name, colour in (
-                ("usage_cost", "Usage (requests' prefill and decode)", "#0072B2"),
-                ("idle_cost", "Idle (up, no request running)", "#999999"),
-            )
-        ]
-    )
-    fig.update_layout(barmode="stack", legend_traceorder="normal")
-    fig.update_xaxes(title_text="GPU cost (USD)", tickprefix="$")
-    fig.update_yaxes(autorange="reversed")
-    style(fig)
-    fig.update_layout(margin={"l": 170})
-    return _legend_on_top(fig)
+_idle_figure = hbars_chart(
+    "deployment",
+    IDLE_SERIES,
+    x=Axis("GPU cost (USD)", prefix="$"),
+    stacked=True,
+    margin=_BY_DEPLOYMENT,
+)
 
 
 def _apps_data(filters: Filters) -> pa.Table:
     return run(context.storage(), "gpu_prefix_sharing", filters)
 
 
-def _apps_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    fig = go.Figure(
-        go.Bar(
-            y=_col(table, "label"),
-            x=_col(table, "hit_rate"),
-            orientation="h",
-            marker_color="#CC79A7",
-            customdata=list(
-                zip(
-                    _col(table, "poor_sharing_rank"),
-                    _col(table, "input_token_share"),
-                    _col(table, "requests"),
-                    _col(table, "prefill_cost_saved"),
-                    strict=True,
-                )
-            ),
-            hovertemplate=(
-                "<b>%{y}</b> (rank %{customdata[0]})<br>"
-                "Cached prompt tokens: %{x:.1%}<br>"
-                "Share of all prompt tokens: %{customdata[1]:.1%}<br>"
-                "Requests: %{customdata[2]:,}<br>"
-                "Prefill cost saved: $%{customdata[3]:,.4f}<extra></extra>"
-            ),
-        )
-    )
-    fig.update_xaxes(title_text="Prefix-cache hit rate (% of prompt tokens)", tickformat=".0%")
-    fig.update_xaxes(range=[0, 1])
-    fig.update_yaxes(autorange="reversed", title_text="App · route (worst first)")
-    style(fig, legend=False)
-    fig.update_layout(margin={"l": 230})
-    return fig
-
+_apps_figure = hbars_chart(
+    "label",
+    [APPS_SERIES],
+    x=Axis("Prefix-cache hit rate (% of prompt tokens)", format=SHARE, range=(0, 1)),
+    y=Axis("App · route (worst first)"),
+    hover_head="<b>%{y}</b> (rank %{customdata[0]})<br>",
+    margin={"l": 230},
+)
 
 SUMMARY = chart(
     ID,

@@ -9,14 +9,15 @@ slo_attainment_between with slo_targets, and mart_requests / kv_cache_hourly for
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import dash
 import plotly.graph_objects as go
 from dash import Input, Output, callback, html
 
-from app import context
-from app.components import URL_ID, chart, ids, style
+from app import context, palette
+from app.components import URL_ID, chart, ids
+from app.figures import SHARE, col, legend_on_top, style
 from app.filters import filters_from
 from models import page_data
 from models.ledger_queries import Filters, run
@@ -44,18 +45,13 @@ STAGE_LABELS = {
     "e2e": "End to end (LLM call)",
 }
 PERCENTILES = (
-    ("p50_s", "p50", "circle", "#56B4E9"),
-    ("p95_s", "p95", "diamond", "#0072B2"),
-    ("p99_s", "p99", "x", "#D55E00"),
+    ("p50_s", "p50", "circle", palette.SKY_BLUE),
+    ("p95_s", "p95", "diamond", palette.BLUE),
+    ("p99_s", "p99", "x", palette.VERMILION),
 )
-DEPLOYMENT_COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#D55E00", "#56B4E9")
 #: Which global filters each card applies (the others are named in its scope note).
 STAGES_APPLY = ("environment", "app", "route", "model")
 SLO_APPLY = ("route",)
-
-
-def _col(table: pa.Table, name: str) -> list[Any]:
-    return table.column(name).to_pylist()
 
 
 def _stages_data(filters: Filters) -> pa.Table:
@@ -63,14 +59,14 @@ def _stages_data(filters: Filters) -> pa.Table:
 
 
 def _stages_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    routes = _col(table, "route")
-    stages = [STAGE_LABELS.get(s, s) for s in _col(table, "stage")]
-    counts = _col(table, "count")
+    routes = col(table, "route")
+    stages = [STAGE_LABELS.get(s, s) for s in col(table, "stage")]
+    counts = col(table, "count")
     fig = go.Figure(
         [
             go.Scatter(
                 name=name,
-                x=_col(table, column),
+                x=col(table, column),
                 y=[routes, stages],
                 mode="markers",
                 marker={"symbol": symbol, "size": 10, "color": colour},
@@ -86,11 +82,8 @@ def _stages_figure(table: pa.Table, _filters: Filters) -> go.Figure:
     fig.update_xaxes(title_text="Latency (seconds, log scale)", type="log", ticksuffix="s")
     fig.update_yaxes(autorange="reversed", title_text="Route · stage")
     style(fig)
-    fig.update_layout(
-        margin={"l": 200, "t": 36},
-        legend={"orientation": "h", "x": 0, "y": 1.0, "xanchor": "left", "yanchor": "bottom"},
-    )
-    return fig
+    fig.update_layout(margin={"l": 200})
+    return legend_on_top(fig)
 
 
 def _slo_data(filters: Filters) -> pa.Table:
@@ -98,23 +91,23 @@ def _slo_data(filters: Filters) -> pa.Table:
 
 
 def _slo_figure(table: pa.Table, _filters: Filters) -> go.Figure:
-    labels = _col(table, "label")
-    met = _col(table, "met")
+    labels = col(table, "label")
+    met = col(table, "met")
     fig = go.Figure(
         [
             go.Bar(
                 name="Within target",
                 y=labels,
-                x=_col(table, "attained_share"),
+                x=col(table, "attained_share"),
                 orientation="h",
-                marker_color=["#009E73" if m else "#D55E00" for m in met],
+                marker_color=[palette.BLUISH_GREEN if m else palette.VERMILION for m in met],
                 customdata=list(
                     zip(
-                        _col(table, "stage"),
-                        _col(table, "target_s"),
-                        _col(table, "requests"),
-                        _col(table, "days_met"),
-                        _col(table, "days"),
+                        col(table, "stage"),
+                        col(table, "target_s"),
+                        col(table, "requests"),
+                        col(table, "days_met"),
+                        col(table, "days"),
                         ["met" if m else "missed" for m in met],
                         strict=True,
                     )
@@ -128,19 +121,19 @@ def _slo_figure(table: pa.Table, _filters: Filters) -> go.Figure:
             go.Scatter(
                 name="Objective (share required)",
                 y=labels,
-                x=_col(table, "percentile"),
+                x=col(table, "percentile"),
                 mode="markers",
                 marker={
                     "symbol": "line-ns-open",
                     "size": 18,
-                    "color": "#1f2933",
+                    "color": palette.INK,
                     "line": {"width": 2},
                 },
                 hovertemplate="<b>%{y}</b><br>Objective: %{x:.0%} within target<extra></extra>",
             ),
         ]
     )
-    fig.update_xaxes(title_text="Requests within target (%)", tickformat=".0%", range=[0, 1.02])
+    fig.update_xaxes(title_text="Requests within target (%)", tickformat=SHARE, range=[0, 1.02])
     fig.update_yaxes(autorange="reversed", title_text="Objective · route")
     style(fig)
     fig.update_layout(margin={"l": 220})
@@ -161,7 +154,7 @@ def _load_figure(table: pa.Table, _filters: Filters) -> go.Figure:
                 x=[r["requests"] for r in rows],
                 y=[r["ttft_p95_s"] for r in rows],
                 mode="markers",
-                marker={"size": 10, "color": DEPLOYMENT_COLOURS[i % len(DEPLOYMENT_COLOURS)]},
+                marker={"size": 10, "color": palette.cycle(palette.DEPLOYMENTS, i)},
                 customdata=[
                     [
                         f"{r['hour']:%Y-%m-%d %H:00}",

@@ -12,9 +12,8 @@ from typing import Any
 import dash
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, dcc, html
-from plotly.subplots import make_subplots
 
-from app import context
+from app import context, palette
 from app.components import (
     URL_ID,
     chart,
@@ -23,11 +22,12 @@ from app.components import (
     number,
     seconds,
     stat,
-    style,
     to_csv,
     why_empty,
 )
+from app.figures import Axis, Panel, panels
 from app.filters import PRESETS, filters_from, parse
+from models import idle_policy
 from models import overview as ov
 from models.ledger_queries import Filters
 
@@ -51,51 +51,36 @@ def _share(value: float | None) -> str:
 # --------------------------------------------------------------------------- trend chart
 def _trend_figure(table: Any, filters: Filters) -> go.Figure:
     per = "hour" if ov.bucket_for(filters) == "hour" else "day"
-    x = table.column("bucket").to_pylist()
-    fig = make_subplots(rows=3, cols=1, shared_xaxes=True, vertical_spacing=0.07)
-    fig.add_trace(
-        go.Bar(
-            x=x,
-            y=table.column("spend").to_pylist(),
-            name="Spend",
-            marker_color="#0b5cad",
-            hovertemplate=f"%{{x|%Y-%m-%d %H:%M}} UTC<br>$%{{y:,.2f}} per {per}"
-            "<extra>Spend</extra>",
-        ),
-        row=1,
-        col=1,
+    when = "%{x|%Y-%m-%d %H:%M} UTC<br>"
+    return panels(
+        table,
+        "bucket",
+        [
+            Panel(
+                "spend",
+                "Spend",
+                palette.TREND_SPEND,
+                hover=f"{when}$%{{y:,.2f}} per {per}<extra>Spend</extra>",
+                y=Axis(f"$ / {per}", prefix="$"),
+            ),
+            Panel(
+                "requests",
+                "Requests",
+                palette.TREND_REQUESTS,
+                hover=f"{when}%{{y:,}} requests per {per}<extra>Requests</extra>",
+                y=Axis(f"req / {per}"),
+            ),
+            Panel(
+                "ttft_p95_ms",
+                "p95 TTFT",
+                palette.TREND_TTFT,
+                hover=f"{when}p95 %{{y:,.0f}} ms<extra>TTFT</extra>",
+                y=Axis("TTFT p95 (ms)", from_zero=True),
+                line=True,
+            ),
+        ],
+        x_axis=Axis("UTC"),
     )
-    fig.add_trace(
-        go.Bar(
-            x=x,
-            y=table.column("requests").to_pylist(),
-            name="Requests",
-            marker_color="#2f855a",
-            hovertemplate=f"%{{x|%Y-%m-%d %H:%M}} UTC<br>%{{y:,}} requests per {per}"
-            "<extra>Requests</extra>",
-        ),
-        row=2,
-        col=1,
-    )
-    fig.add_trace(
-        go.Scatter(
-            x=x,
-            y=table.column("ttft_p95_ms").to_pylist(),
-            name="p95 TTFT",
-            mode="lines+markers",
-            connectgaps=False,
-            line={"color": "#b7410e"},
-            hovertemplate="%{x|%Y-%m-%d %H:%M} UTC<br>p95 %{y:,.0f} ms<extra>TTFT</extra>",
-        ),
-        row=3,
-        col=1,
-    )
-    style(fig, legend=False)
-    fig.update_yaxes(title_text=f"$ / {per}", tickprefix="$", row=1, col=1)
-    fig.update_yaxes(title_text=f"req / {per}", row=2, col=1)
-    fig.update_yaxes(title_text="TTFT p95 (ms)", rangemode="tozero", row=3, col=1)
-    fig.update_xaxes(title_text="UTC", row=3, col=1)
-    return fig
 
 
 TREND = chart(
@@ -223,7 +208,7 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
         stat(
             f"Spend, {label}",
             money(k.spend),
-            hint=f"idle {money(k.idle_cost)} ({ov.IDLE_POLICY_LABEL[policy].lower()})",
+            hint=f"idle {money(k.idle_cost)} ({idle_policy.LABEL[policy].lower()})",
             id=_id("kpi-spend"),
         ),
         stat(
@@ -294,7 +279,7 @@ def _kpis(search: str | None) -> tuple[list[html.Div], str]:
     label = _range_label(search, filters)
     subtitle = (
         f"{filters.start:%Y-%m-%d %H:%M} – {filters.end:%Y-%m-%d %H:%M} UTC · idle cost: "
-        f"{ov.IDLE_POLICY_LABEL[filters.policy].lower()}"
+        f"{idle_policy.LABEL[filters.policy].lower()}"
     )
     return _tiles(k, label, filters.policy), subtitle
 

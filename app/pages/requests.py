@@ -16,9 +16,10 @@ import dash
 from dash import Input, Output, State, callback, dash_table, dcc, html
 from dash.dash_table.Format import Format, Scheme, Symbol
 
-from app import context
+from app import context, palette
 from app.components import URL_ID, ids, money, to_csv, why_empty
 from app.filters import filters_from
+from models import idle_policy
 from models.ledger_queries import Filters, run
 
 dash.register_page(
@@ -68,12 +69,6 @@ COLUMNS: list[dict[str, Any]] = [
     {"id": "idle_cost", "name": "Idle share ($)", "type": "numeric", "format": _USD},
     {"id": "cost", "name": "Cost ($)", "type": "numeric", "format": _USD},
 ]
-_POLICY_LABEL = {
-    "configured": "each deployment's idle policy",
-    "separate": "idle as a separate line (no idle share)",
-    "usage": "idle shared by usage",
-    "even": "idle shared evenly",
-}
 
 
 def _controls() -> html.Div:
@@ -182,7 +177,7 @@ def layout(**_query: Any) -> html.Div:
                         "textOverflow": "ellipsis",
                         "whiteSpace": "nowrap",
                     },
-                    style_header={"fontWeight": 600, "backgroundColor": "#f6f8fa"},
+                    style_header={"fontWeight": 600, "backgroundColor": palette.HEADER_FILL},
                     style_cell_conditional=[
                         {"if": {"column_type": "text"}, "textAlign": "left"},
                         {"if": {"column_id": "tokens"}, "textAlign": "right"},
@@ -191,14 +186,14 @@ def layout(**_query: Any) -> html.Div:
                     style_data_conditional=[
                         {
                             "if": {"filter_query": '{status} = "failed"'},
-                            "backgroundColor": "#fff1f0",
+                            "backgroundColor": palette.FAILED_ROW_FILL,
                         }
                     ],
                     tooltip_delay=300,
                     tooltip_duration=None,
                     css=[
                         {"selector": ".dash-spreadsheet-menu", "rule": "display: none"},
-                        {"selector": "td.dash-cell a", "rule": "color: #0b5cad"},
+                        {"selector": "td.dash-cell a", "rule": f"color: {palette.BRAND}"},
                         {"selector": "td.dash-cell p", "rule": "margin: 0"},
                     ],
                 ),
@@ -293,7 +288,7 @@ def _summary(total: dict[str, Any], filters: Filters, page: int) -> str:
     noun = "request" if requests == 1 else "requests"
     parts = [
         f"{requests:,} {noun}",
-        f"{money(total['cost'], 2)} with {_POLICY_LABEL[filters.policy]}",
+        f"{money(total['cost'], 2)} with {idle_policy.COST_WITH[filters.policy]}",
         f"{total['failed']:,} failed",
     ]
     if requests:

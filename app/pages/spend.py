@@ -16,20 +16,19 @@ import plotly.graph_objects as go
 from dash import Input, Output, State, callback, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
-from app import context
+from app import context, palette
 from app.components import (
     URL_ID,
     chart,
     chart_card,
-    empty_figure,
     ids,
     money,
     number,
     stat,
-    style,
     to_csv,
     why_empty,
 )
+from app.figures import empty_figure, style
 from app.filters import filters_from, parse
 from app.shell import FILTER_ID
 from models import overview as ov
@@ -39,18 +38,6 @@ dash.register_page(__name__, path="/spend", name="Spend", title="Spend · InferL
 
 _id = ids("spend")
 REQUESTS_PATH = "/requests"
-_PALETTE = [
-    "#0b5cad",
-    "#2f855a",
-    "#b7410e",
-    "#6b46c1",
-    "#975a16",
-    "#2c7a7b",
-    "#c53030",
-    "#4a5568",
-    "#553c9a",
-]
-_GREY = "#5f6b7a"  # '(idle)' and '(other)': not a team's spend
 
 
 # --------------------------------------------------------------------------- spend over time
@@ -69,7 +56,10 @@ def _area_figure(table: Any, filters: Filters, dim: str) -> go.Figure:
                 name=key,
                 stackgroup="spend",
                 mode="lines",
-                line={"width": 0.5, "color": _GREY if grey else _PALETTE[i % len(_PALETTE)]},
+                line={
+                    "width": 0.5,
+                    "color": palette.NOT_A_KEY if grey else palette.cycle(palette.SERIES, i),
+                },
                 customdata=[r["requests"] for r in mine],
                 hovertemplate=f"{dim} %{{fullData.name}}: $%{{y:,.4f}} per {per}, "
                 "%{customdata:,} requests<extra></extra>",
@@ -90,8 +80,10 @@ def _area_figure(table: Any, filters: Filters, dim: str) -> go.Figure:
 def _tree_figure(table: Any, _filters: Filters) -> go.Figure:
     nodes = ov.tree_nodes(table)
     teams = list(dict.fromkeys(table.column("team").to_pylist()))
-    color = {t: _GREY if t in ov.NOT_DRILLABLE else _PALETTE[i % len(_PALETTE)] for i, t in
-             enumerate(teams)}  # fmt: skip
+    color = {
+        t: palette.NOT_A_KEY if t in ov.NOT_DRILLABLE else palette.cycle(palette.SERIES, i)
+        for i, t in enumerate(teams)
+    }
     ids_ = nodes.column("id").to_pylist()
     fig = go.Figure(
         go.Treemap(
@@ -113,11 +105,11 @@ def _tree_figure(table: Any, _filters: Filters) -> go.Figure:
             "(%{percentRoot:.1%} of spend)<br>%{customdata[1]:,} requests<extra></extra>",
             marker={
                 "colors": [color[i.split(ov.NODE_SEP)[0]] for i in ids_],
-                "line": {"color": "#ffffff", "width": 2},
+                "line": {"color": palette.WHITE, "width": 2},
             },
-            textfont={"color": "#ffffff"},
+            textfont={"color": palette.WHITE},
             pathbar={"visible": False},
-            root={"color": "rgba(0,0,0,0)"},
+            root={"color": palette.TRANSPARENT},
         )
     )
     style(fig, legend=False)

@@ -10,7 +10,7 @@ orphans, critical path, engine stages) comes from models/trace_tree.py.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import dash
 import plotly.graph_objects as go
@@ -18,9 +18,11 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import context
 from app.components import URL_ID, ids, money, number, seconds, stat
+from app.figures import waterfall
 from app.filters import filters_from
+from models import idle_policy
 from models.ledger_queries import Filters, run
-from models.trace_tree import Category, Node, Span, TraceTree, build_tree, parse_trace_id
+from models.trace_tree import Span, TraceTree, build_tree, parse_trace_id
 
 dash.register_page(
     __name__,
@@ -33,41 +35,10 @@ dash.register_page(
 
 ID = ids("trace")
 MAX_SPANS = 1000
-LABEL_CHARS = 36  # the label column's width, in characters of its font
-LABEL_DOMAIN = 0.36  # the share of the figure's width that the label column takes
-INDENT = 0.018  # per depth level, in the figure's width
 TASK_TRACES = 50
 #: The whole start_ns range: the fallback lookup by trace id alone (strings: a browser's
 #: numbers cannot hold 64-bit nanoseconds).
 WHOLE_RANGE = {"from_ns": str(-(2**63)), "to_ns": str(2**63 - 1)}
-COLORS = {
-    Category.SERVER.value: "#6b7280",
-    Category.LLM_CALL.value: "#0b5cad",
-    Category.ENGINE.value: "#7c3aed",
-    "queue": "#b7791f",
-    "prefill": "#c2410c",
-    "decode": "#15803d",
-    Category.RETRIEVAL.value: "#0e7490",
-    Category.TOOLS.value: "#a21caf",
-    Category.OTHER.value: "#9ca3af",
-}
-_LEGEND = {
-    Category.SERVER.value: "server span",
-    Category.LLM_CALL.value: "LLM call (app)",
-    Category.ENGINE.value: "engine span",
-    "queue": "engine: queue",
-    "prefill": "engine: prefill",
-    "decode": "engine: decode",
-    Category.RETRIEVAL.value: "retrieval",
-    Category.TOOLS.value: "tools",
-    Category.OTHER.value: "other",
-}
-_POLICY_LABEL = {
-    "configured": "each deployment's idle policy",
-    "separate": "idle as a separate line",
-    "usage": "idle shared by usage",
-    "even": "idle shared evenly",
-}
 
 
 def _usd(value: float | None) -> str:
@@ -165,141 +136,6 @@ def layout(trace_id: str | None = None, **_query: Any) -> html.Div:
     )
 
 
-# --- the waterfall ---------------------------------------------------------------------------
-
-
-def _label(node: Node) -> str:
-    """The span's name, shortened to fit its indented place in the label column."""
-    room = max(LABEL_CHARS - 2 * node.depth, 12)
-    name = node.span.name if len(node.span.name) <= room else node.span.name[: room - 1] + "…"
-    return ("✖ " if node.span.failed else "") + name
-
-
-def _hover_lines(node: Node) -> str:
-    span = node.span
-    lines = [f"service {span.service or '–'}"]
-    if span.model:
-        lines.append(f"model {span.model}")
-    if span.input_tokens is not None or span.output_tokens is not None:
-        lines.append(f"tokens {number(span.input_tokens)} in → {number(span.output_tokens)} out")
-    for seg in node.segments:
-        lines.append(f"{seg.stage} {seg.duration_ms:,.1f} ms")
-    if span.failed:
-        lines.append("status: error")
-    if node.orphan:
-        lines.append("parent span not found: shown as a root")
-    if node.critical:
-        lines.append("on the critical path")
-    return "<br>".join(lines)
-
-
-def waterfall_figure(tree: TraceTree) -> dict[str, Any]:
-    """One row per span (depth-first, indented), bars from the trace's start; engine spans as
-    their queue / prefill / decode stretches. A plotly figure as a dict."""
-    bars: dict[str, dict[str, list[Any]]] = {}
-
-    def add(group: str, row: int, node: Node, base: float, width: float) -> None:
-        b = bars.setdefault(
-            group, {"y": [], "base": [], "x": [], "custom": [], "line": [], "lw": []}
-        )
-        b["y"].append(row)
-        b["base"].append(base)
-        b["x"].append(width)
-        b["custom"].append(
-            [
-                node.span.span_id,
-                node.span.name,
-                node.duration_ms,
-                node.offset_ms,
-                _hover_lines(node),
-            ]
-        )
-        b["line"].append("#111827" if node.critical else COLORS.get(group, "#9ca3af"))
-        b["lw"].append(2 if node.critical else 1)
-
-    for row, node in enumerate(tree.nodes):
-        if node.segments:
-            for seg in node.segments:
-                add(seg.stage, row, node, seg.offset_ms, seg.duration_ms)
-        else:
-            add(node.category.value, row, node, node.offset_ms, node.duration_ms)
-
-    traces = [
-        {
-            "type": "bar",
-            "name": _LEGEND[group],
-            "orientation": "h",
-            "y": bars[group]["y"],
-            "base": bars[group]["base"],
-            "x": bars[group]["x"],
-            "customdata": bars[group]["custom"],
-            "marker": {
-                "color": COLORS[group],
-                "line": {"color": bars[group]["line"], "width": bars[group]["lw"]},
-            },
-            "width": 0.62,
-            "hovertemplate": (
-                "<b>%{customdata[1]}</b><br>%{customdata[2]:,.1f} ms, starting at "
-                "+%{customdata[3]:,.1f} ms<br>%{customdata[4]}<extra>%{fullData.name}</extra>"
-            ),
-        }
-        for group in COLORS
-        if group in bars
-    ]
-    rows = len(tree.nodes)
-    grid = "#e4e7eb"
-    layout = {
-        # app.components.style's house style, written out: a plain dict skips plotly's
-        # validation, which cost ~100 ms a trace (callbacks have 300 ms)
-        "font": {"family": "Inter, system-ui, sans-serif", "size": 13, "color": "#1f2933"},
-        "paper_bgcolor": "rgba(0,0,0,0)",
-        "plot_bgcolor": "#ffffff",
-        "hoverlabel": {"font": {"size": 13}},
-        "barmode": "overlay",
-        "height": max(240, 110 + 24 * rows),
-        "margin": {"l": 8, "r": 16, "t": 36, "b": 40},
-        "legend": {
-            "orientation": "h",
-            "yref": "container",
-            "y": 1,
-            "yanchor": "top",
-            "x": 0,
-            "font": {"size": 12},
-        },
-        "clickmode": "event",
-        # the span names, indented by depth (tick labels are right-aligned: no indent there)
-        "annotations": [
-            {
-                "x": INDENT * node.depth,
-                "y": row,
-                "xref": "paper",
-                "yref": "y",
-                "xanchor": "left",
-                "text": _label(node),
-                "hovertext": node.span.name,
-                "showarrow": False,
-                "font": {"size": 11, "color": "#b91c1c" if node.span.failed else "#1f2933"},
-            }
-            for row, node in enumerate(tree.nodes)
-        ],
-        "yaxis": {
-            "tickvals": list(range(rows)),
-            "showticklabels": False,
-            "autorange": "reversed",
-            "fixedrange": True,
-            "showgrid": False,
-        },
-        "xaxis": {
-            "domain": [LABEL_DOMAIN, 1],
-            "title": {"text": "ms from the trace's start"},
-            "rangemode": "tozero",
-            "zeroline": False,
-            "gridcolor": grid,
-        },
-    }
-    return {"data": traces, "layout": layout}
-
-
 # --- panels ----------------------------------------------------------------------------------
 
 
@@ -385,7 +221,7 @@ def _calls_panel(calls: list[dict[str, Any]], filters: Filters) -> list[Any]:
         title,
         html.P(
             f"{len(calls)} call{'s' if len(calls) != 1 else ''}, "
-            f"{_usd(calls[0]['trace_cost'])} with {_POLICY_LABEL[filters.policy]} "
+            f"{_usd(calls[0]['trace_cost'])} with {idle_policy.COST_WITH[filters.policy]} "
             f"(hover an idle share for the other policies); "
             f"{calls[0]['trace_gpu_s']:,.3f} GPU-seconds.",
             className="card-note",
@@ -452,7 +288,7 @@ def _task_panel(trace_id: str, task_key: str | None, filters: Filters, search: s
                 stat(
                     "Task cost",
                     _usd(t["cost"]),
-                    hint=f"with {_POLICY_LABEL[filters.policy]}",
+                    hint=f"with {idle_policy.COST_WITH[filters.policy]}",
                 ),
                 stat("Waste", _usd(t["waste_cost"])),
                 stat(
@@ -522,7 +358,7 @@ def _stats(tree: TraceTree, calls: list[dict[str, Any]], filters: Filters) -> li
         stat(
             "LLM cost",
             _usd(calls[0]["trace_cost"]) if calls else "–",
-            hint=f"with {_POLICY_LABEL[filters.policy]}",
+            hint=f"with {idle_policy.COST_WITH[filters.policy]}",
         ),
     ]
 
@@ -530,38 +366,72 @@ def _stats(tree: TraceTree, calls: list[dict[str, Any]], filters: Filters) -> li
 # --- callbacks -------------------------------------------------------------------------------
 
 
+class TraceView(NamedTuple):
+    """Everything :func:`_show_trace` sets, by name; :data:`_VIEW_OUTPUTS` pairs each field
+    with its component (the callback's outputs follow the fields' order). A NamedTuple, not a
+    dataclass: Dash imports pages under a module name it does not register, which dataclasses
+    cannot resolve."""
+
+    message: Any
+    message_class: Any
+    stats: list[Any]
+    waterfall: Any
+    waterfall_style: dict[str, str]
+    span_options: list[dict[str, str]]
+    span: str | None
+    calls: list[Any]
+    task: list[Any]
+    back: str
+    window: dict[str, Any] | None
+
+    @classmethod
+    def empty(cls, back: str, window: dict[str, Any] | None, **changes: Any) -> TraceView:
+        """The page with nothing drawn (no stats, the waterfall hidden), but `changes`."""
+        view = cls(
+            message=dash.no_update,
+            message_class=dash.no_update,
+            stats=[],
+            waterfall=go.Figure(),
+            waterfall_style={"display": "none"},
+            span_options=[],
+            span=None,
+            calls=[],
+            task=[],
+            back=back,
+            window=window,
+        )
+        return view._replace(**changes)
+
+
+#: TraceView field -> (component id, property): the one place the two are paired.
+_VIEW_OUTPUTS = {
+    "message": (ID("message"), "children"),
+    "message_class": (ID("message"), "className"),
+    "stats": (ID("stats"), "children"),
+    "waterfall": (ID("waterfall"), "figure"),
+    "waterfall_style": (ID("waterfall"), "style"),
+    "span_options": (ID("span"), "options"),
+    "span": (ID("span"), "value"),
+    "calls": (ID("calls"), "children"),
+    "task": (ID("task"), "children"),
+    "back": (ID("back"), "href"),
+    "window": (ID("window"), "data"),
+}
+
+
 @callback(
-    Output(ID("message"), "children"),
-    Output(ID("message"), "className"),
-    Output(ID("stats"), "children"),
-    Output(ID("waterfall"), "figure"),
-    Output(ID("waterfall"), "style"),
-    Output(ID("span"), "options"),
-    Output(ID("span"), "value"),
-    Output(ID("calls"), "children"),
-    Output(ID("task"), "children"),
-    Output(ID("back"), "href"),
-    Output(ID("window"), "data"),
+    *(Output(*_VIEW_OUTPUTS[name]) for name in TraceView._fields),
     Input(ID("trace"), "data"),
     Input(URL_ID, "search"),
 )
-def _show_trace(trace_id: str | None, search: str | None) -> tuple[Any, ...]:
-    search = search or ""
+def _show_trace(trace_id: str | None, search: str | None) -> TraceView:
+    return _trace_view(trace_id, search or "")
+
+
+def _trace_view(trace_id: str | None, search: str) -> TraceView:
     back = "/requests" + search
     if not trace_id:  # malformed: the layout said so, and nothing is queried
-        return (
-            dash.no_update,
-            dash.no_update,
-            [],
-            go.Figure(),
-            {"display": "none"},
-            [],
-            None,
-            [],
-            [],
-            back,
-            None,
-        )
+        return TraceView.empty(back, None)
     filters = filters_from(search)
     storage = context.storage()
     where = run(storage, "trace_window", filters, trace_id=trace_id).to_pylist()[0]
@@ -594,22 +464,16 @@ def _show_trace(trace_id: str | None, search: str | None) -> tuple[Any, ...]:
     ).to_pylist()
     task = _task_panel(trace_id, where["task_key"], filters, search)
     if not rows:
-        message = (
-            f"No spans for trace {trace_id} (it may not have been ingested, or is older "
-            "than retention)."
-        )
-        return (
-            message,
-            "trace-message trace-error",
-            [],
-            go.Figure(),
-            {"display": "none"},
-            [],
-            None,
-            _calls_panel(calls, filters) if calls else [],
-            task if calls else [],
+        return TraceView.empty(
             back,
             window,
+            message=(
+                f"No spans for trace {trace_id} (it may not have been ingested, or is older "
+                "than retention)."
+            ),
+            message_class="trace-message trace-error",
+            calls=_calls_panel(calls, filters) if calls else [],
+            task=task if calls else [],
         )
     if len(rows) > MAX_SPANS:
         notes.append(f"Showing the first {MAX_SPANS:,} spans of this trace, by start time.")
@@ -621,18 +485,18 @@ def _show_trace(trace_id: str | None, search: str | None) -> tuple[Any, ...]:
             "the lookup window): they are shown as roots."
         )
     # the details come from the span picker's own callback: the main root's first
-    return (
-        " ".join(notes),
-        "trace-message" + (" trace-note" if notes else ""),
-        _stats(tree, calls, filters),
-        waterfall_figure(tree),
-        {},
-        _span_options(tree),
-        tree.main_root_id,
-        _calls_panel(calls, filters),
-        task,
-        back,
-        window,
+    return TraceView(
+        back=back,
+        window=window,
+        message=" ".join(notes),
+        message_class="trace-message" + (" trace-note" if notes else ""),
+        stats=_stats(tree, calls, filters),
+        waterfall=waterfall(tree),
+        waterfall_style={},
+        span_options=_span_options(tree),
+        span=tree.main_root_id,
+        calls=_calls_panel(calls, filters),
+        task=task,
     )
 
 
