@@ -34,7 +34,7 @@ def storage() -> Storage:
 
 def allowed(page: dict) -> bool:
     """Whether the signed-in user may open a page: its `min_role` (default viewer) against
-    the user's role (app/auth.py). Everyone may while sign-in is off."""
+    the user's role (app/auth/session.py). Everyone may while sign-in is off."""
     return auth.may_open(page)
 
 

@@ -33,7 +33,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from ingest import otlp_decode
+from ingest import otlp_decode, otlp_json
 from ingest.span_writer import SPAN_EXTRACT
 
 EXTRACT = SPAN_EXTRACT  # the product's spec, ingest/span_writer.py
@@ -113,7 +113,7 @@ def to_otlp_json(payload: bytes) -> bytes:
 
 
 def _decode_json(body: bytes) -> object:
-    return otlp_decode.decode_traces(otlp_decode.json_to_protobuf(body))
+    return otlp_decode.decode_traces(otlp_json.json_to_protobuf(body))
 
 
 def spans_per_second(

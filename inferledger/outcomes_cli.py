@@ -21,17 +21,11 @@ from typing import Any
 
 from inferledger.errors import BadInputError, InferLedgerError, StorageError
 from inferledger.storage import Storage
-from ingest.outcomes import (
-    ENDPOINT,
-    MAX_OUTCOMES_PER_REQUEST,
-    Outcome,
-    StoreResult,
-    parse_outcomes_csv,
-    store_outcomes,
-    unique_outcomes,
-)
+from ingest.outcome_parse import MAX_OUTCOMES_PER_REQUEST, Outcome, parse_outcomes_csv
+from ingest.outcome_receiver import ENDPOINT
+from ingest.outcome_writer import StoreResult, store_outcomes, unique_outcomes
 
-# Keep each request well under the server's body limit (ingest/outcomes.py MAX_BODY_BYTES).
+# Keep each request well under the server's body limit (ingest/outcome_receiver.py MAX_BODY_BYTES).
 _BATCH_MAX_BYTES = 2 * 1024 * 1024
 _RETRIES_503 = 5
 _RETRY_AFTER_MAX_S = 10.0

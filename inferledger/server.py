@@ -25,8 +25,8 @@ from inferledger.service_metrics import ServiceMetrics
 from inferledger.settings import Settings
 from inferledger.storage import Storage
 from ingest.otlp_receiver import TraceReceiver
-from ingest.outcomes import MAX_BODY_BYTES as OUTCOMES_MAX_BODY_BYTES
-from ingest.outcomes import OutcomeReceiver
+from ingest.outcome_receiver import MAX_BODY_BYTES as OUTCOMES_MAX_BODY_BYTES
+from ingest.outcome_receiver import OutcomeReceiver
 from ingest.scraper import Scraper, scrape_executors
 from ingest.span_ingestor import SpanIngestor
 from ingest.spool import Spool

@@ -22,7 +22,8 @@ well-formed request raises ``OtlpDecodeError``. With a ``SpanWindow`` (ingest pa
 ingest/span_writer.py), spans that start before 2000-01-01 or end more than a day after receipt
 are rejected too: a span near 2^63-1 ns overflowed every refresh of its hour (issue #17).
 Wire-format rules follow upb, which the reference decoder parses with, so both decoders accept
-and reject the same bytes.
+and reject the same bytes. An OTLP/JSON body reaches here as protobuf bytes, converted first by
+ingest/otlp_json.py, which imports OtlpDecodeError from this module (never the reverse).
 """
 
 from __future__ import annotations
@@ -57,7 +58,6 @@ __all__ = [
     "SpanWindow",
     "decode_traces",
     "decode_traces_python",
-    "json_to_protobuf",
     "make_extract_spec",
 ]
 
@@ -598,15 +598,3 @@ def _json_value(value: AnyValue, depth: int) -> Any:
 
 def _dumps(obj: Any) -> str:
     return json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
-
-
-# --- OTLP/JSON --------------------------------------------------------------------------------
-
-
-def json_to_protobuf(body: bytes) -> bytes:
-    """OTLP/JSON (https://opentelemetry.io/docs/specs/otlp/#json-protobuf-encoding) to a
-    serialized ExportTraceServiceRequest; the work is in ingest/otlp_json.py."""
-    # Imported here: otlp_json imports OtlpDecodeError from this module.
-    from ingest.otlp_json import json_to_protobuf as encode
-
-    return encode(body)

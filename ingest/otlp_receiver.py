@@ -42,7 +42,8 @@ from inferledger.errors import (
 )
 from inferledger.service_metrics import ServiceMetrics
 from ingest.ingest_keys import check_ingest_key
-from ingest.otlp_decode import DecodedTraces, json_to_protobuf
+from ingest.otlp_decode import DecodedTraces
+from ingest.otlp_json import json_to_protobuf
 from ingest.span_ingestor import SpanIngestor
 from ingest.span_writer import decode_for_storage
 

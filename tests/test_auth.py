@@ -24,7 +24,8 @@ import pytest
 import requests
 from flask.sessions import SecureCookieSessionInterface
 
-from app import auth, auth_limits, oidc
+from app import auth
+from app.auth import guard, limits, oidc, routes
 from inferledger import cli
 from inferledger.errors import SettingsError
 from inferledger.settings import load_settings
@@ -533,9 +534,9 @@ def test_csv_downloads_need_analyst() -> None:
     try:
         chart(ids("t"), "c", "T", lambda f: None, lambda t, f: None)  # type: ignore[arg-type,return-value]
         funcs = {k: v for k, v in dash._callback.GLOBAL_CALLBACK_MAP.items()}
-        assert auth.callback_role(funcs["t-c-csv.data"]["callback"]) is Role.ANALYST
+        assert guard.callback_role(funcs["t-c-csv.data"]["callback"]) is Role.ANALYST
         draw = next(v["callback"] for k, v in funcs.items() if "t-c.figure" in k)
-        assert auth.callback_role(draw) is Role.VIEWER
+        assert guard.callback_role(draw) is Role.VIEWER
     finally:
         reset_dash_registries()
 
@@ -636,7 +637,7 @@ def test_sign_in_form(secured: LiveService, caplog: pytest.LogCaptureFixture) ->
 
 def test_failed_sign_ins_are_rate_limited(secured: LiveService) -> None:
     url = secured.url
-    for _ in range(auth_limits.MAX_FAILURES):
+    for _ in range(limits.MAX_FAILURES):
         assert _sign_in(url, "vic", "wrong-password")[1].status_code == 200
     session, resp = _sign_in(url, "vic")  # the right password, too late
     assert resp.status_code == 429 and "Too many failed sign-ins" in resp.text
@@ -662,11 +663,11 @@ def test_failed_sign_ins_are_rate_limited(secured: LiveService) -> None:
     ],
 )
 def test_next_must_be_a_local_path(raw: str | None, expected: str) -> None:
-    assert auth.safe_next(raw) == expected
+    assert routes.safe_next(raw) == expected
 
 
 def test_page_paths_match_templates() -> None:
-    pattern = auth._template_regex("/trace/<trace_id>")
+    pattern = guard._template_regex("/trace/<trace_id>")
     assert pattern.match("trace/4bf92f3577b34da6")
     assert not pattern.match("trace/a/b") and not pattern.match("traces/a")
 

@@ -14,7 +14,7 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from app import auth
-from app.auth_limits import SignInThrottle
+from app.auth.limits import SignInThrottle
 from inferledger.errors import SettingsError
 from inferledger.settings import load_settings
 from models import users

@@ -22,7 +22,8 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from inferledger.fixtures import make_export_request
 from ingest import otlp_json
-from ingest.otlp_decode import DecodedTraces, OtlpDecodeError, decode_traces, json_to_protobuf
+from ingest.otlp_decode import DecodedTraces, OtlpDecodeError, decode_traces
+from ingest.otlp_json import json_to_protobuf
 from tests.test_otlp_decode import (
     REQUESTS,
     SPAN,

@@ -18,7 +18,8 @@ from inferledger.cli import main
 from inferledger.ledger_fixtures import S, SpanSet, worked_example
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.storage import Storage
-from ingest.outcomes import parse_outcomes_json, store_outcomes
+from ingest.outcome_parse import parse_outcomes_json
+from ingest.outcome_writer import store_outcomes
 from models.allocation import HOUR_NS
 from models.marts import Refresher, _window_hooks
 

@@ -1,4 +1,4 @@
-"""Late outcomes: POST /v1/outcomes (JSON) and CSV files, validated and stored idempotently.
+"""Late outcomes parsed: a JSON body of POST /v1/outcomes or a CSV file becomes validated rows.
 
 An outcome is a reviewer's or a downstream system's decision about a task — accepted,
 rejected or corrected — made after the task's spans were sent (docs/cost-model.md, "Tasks and
@@ -9,10 +9,12 @@ Rules, the same for JSON and CSV:
 - every problem is reported, each with its place (``outcomes[3].outcome: ...`` or
   ``file.csv line 5: outcome: ...``), and any problem means nothing is stored;
 - unknown fields are errors, so a misspelt ``reviewr`` is caught rather than dropped;
-- an outcome's id is the client's ``id``, else a hash of its content; posting the same id with
-  the same content again is a duplicate (counted, not an error), with other content a conflict
-  (HTTP 409, nothing stored). A decision without ``decided_at`` is dated when it is received.
-This module knows nothing of Flask; inferledger/server.py adapts OutcomeReceiver.
+- an outcome's id is the client's ``id``, else a hash of its content (content_id), so a
+  retried post or a re-imported file names the same decisions. A decision without
+  ``decided_at`` is dated when it is stored.
+Pure: no I/O but reading the CSV file it is given. ingest/outcome_writer.py stores the rows
+(duplicates, conflicts), ingest/outcome_receiver.py answers HTTP — as ingest/otlp_decode.py,
+ingest/span_writer.py and ingest/otlp_receiver.py do for spans.
 """
 
 from __future__ import annotations
@@ -20,40 +22,16 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import logging
 import math
 import re
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-import duckdb
-import pyarrow as pa
+from inferledger.errors import BadInputError
 
-from inferledger.errors import (
-    BadInputError,
-    InferLedgerError,
-    QueueFullError,
-    StorageError,
-    UnsupportedMediaTypeError,
-)
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.storage import Storage
-from ingest.ingest_keys import check_ingest_key
-from ingest.otlp_receiver import (
-    MethodNotAllowedError,
-    Response,
-    ServiceUnavailableError,
-    read_body,
-)
-
-log = logging.getLogger(__name__)
-
-ENDPOINT = "/v1/outcomes"
-JSON = "application/json"
 OUTCOME_VALUES = ("accepted", "rejected", "corrected")
 SOURCES = ("api", "csv")
 FIELDS = (
@@ -67,10 +45,7 @@ FIELDS = (
     "decided_at",
 )
 MAX_OUTCOMES_PER_REQUEST = 10_000
-# 10,000 outcomes with long ids and names take about 3 MiB of JSON.
-MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_TEXT_CHARS = 1024
-ERRORS_SHOWN = 100  # problems listed in one 400 answer; the count says how many there were
 
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
 # RFC 3339 date-time (section 5.6), with a space allowed for "T" as the RFC notes.
@@ -89,12 +64,6 @@ class OutcomeValidationError(BadInputError):
         more = len(self.errors) - 1
         suffix = f" (and {more} more problem{'s' if more > 1 else ''})" if more > 0 else ""
         super().__init__(f"{first}{suffix}; nothing was stored")
-
-
-class OutcomeConflictError(BadInputError):
-    """An outcome id is already stored (or repeated in the input) with other content."""
-
-    http_status = 409
 
 
 # ---------------------------------------------------------------------------- values
@@ -144,12 +113,6 @@ class Outcome:
         if self.decided_at is not None:
             doc["decided_at"] = self.decided_at.isoformat()
         return doc
-
-
-@dataclass(frozen=True)
-class StoreResult:
-    inserted: int
-    duplicates: int
 
 
 def content_id(
@@ -487,228 +450,3 @@ def parse_outcomes_csv(path: str | Path) -> list[Outcome]:
     if errors:
         raise OutcomeValidationError(errors)
     return out
-
-
-# ---------------------------------------------------------------------------- storing
-_BATCH = "incoming_outcomes"
-_SCHEMA = pa.schema(
-    [
-        ("ord", pa.int64()),
-        ("outcome_id", pa.string()),
-        ("task_id", pa.string()),
-        ("trace_id", pa.string()),
-        ("outcome", pa.string()),
-        ("review_s", pa.float64()),
-        ("reviewer", pa.string()),
-        ("score", pa.float64()),
-        ("decided_at", pa.timestamp("us", tz="UTC")),
-        ("source", pa.string()),
-    ]
-)
-_COMPARED = ("task_id", "trace_id", "outcome", "review_s", "reviewer", "score", "decided_at")
-
-# Stored rows that an incoming id matches, side by side with what was posted (in _COMPARED's
-# order). A row posted without decided_at matches any stored time: it was dated when stored.
-_EXISTING_SQL = f"""
-select
-    i.ord,
-    i.outcome_id,
-    o.task_id, i.task_id,
-    o.trace_id, i.trace_id,
-    o.outcome, i.outcome,
-    o.review_s, i.review_s,
-    o.reviewer, i.reviewer,
-    o.score, i.score,
-    o.decided_at::varchar, i.decided_at::varchar,
-    i.task_id is not distinct from o.task_id
-    and i.trace_id is not distinct from o.trace_id
-    and i.outcome = o.outcome
-    and i.review_s is not distinct from o.review_s
-    and i.reviewer is not distinct from o.reviewer
-    and i.score is not distinct from o.score
-    and (i.decided_at is null or i.decided_at = o.decided_at) as same
-from {_BATCH} as i
-inner join outcomes as o on o.outcome_id = i.outcome_id
-order by i.ord
-"""
-
-_INSERT_SQL = f"""
-insert into outcomes (
-    outcome_id, task_id, trace_id, outcome, review_s, reviewer, score, decided_at, source
-)
-select
-    i.outcome_id, i.task_id, i.trace_id, i.outcome, i.review_s, i.reviewer, i.score,
-    coalesce(i.decided_at, current_timestamp), i.source
-from {_BATCH} as i
-where not exists (select 1 from outcomes as o where o.outcome_id = i.outcome_id)
-order by i.ord
-"""
-
-
-def unique_outcomes(outcomes: Sequence[Outcome]) -> tuple[list[Outcome], int]:
-    """Drop repeats of an id within the input, and count them; a repeat with other content is
-    a conflict (OutcomeConflictError)."""
-    seen: dict[str, Outcome] = {}
-    for o in outcomes:
-        first = seen.get(o.outcome_id)
-        if first is None:
-            seen[o.outcome_id] = o
-        elif first.content() != o.content():
-            raise OutcomeConflictError(
-                f"{o.origin}: id {o.outcome_id!r} is also used by {first.origin} with other "
-                "content; one id names one decision, nothing was stored"
-            )
-    return list(seen.values()), len(outcomes) - len(seen)
-
-
-def _conflict_message(outcome: Outcome, row: tuple[Any, ...]) -> str:
-    diffs = []
-    for i, col in enumerate(_COMPARED):
-        stored, posted = row[2 + 2 * i], row[3 + 2 * i]
-        if col == "decided_at" and posted is None:
-            continue  # dated when first stored; any stored time matches
-        if stored != posted:
-            diffs.append(f"{col} stored {stored!r}, posted {posted!r}")
-    return (
-        f"{outcome.origin}: id {outcome.outcome_id!r} is already stored with other content "
-        f"({'; '.join(diffs)}); one id names one decision: post a new decision under a new id. "
-        "Nothing was stored"
-    )
-
-
-def store_outcomes(
-    storage: Storage, outcomes: Sequence[Outcome], *, timeout_s: float | None = 60.0
-) -> StoreResult:
-    """Store validated outcomes in one transaction: all of them, or none (on a conflict).
-
-    Raises OutcomeConflictError when an id is stored (or repeated in ``outcomes``) with other
-    content, QueueFullError when the writer's queue has no room, TimeoutError when the write
-    did not commit within ``timeout_s`` (it may still commit; posting again is safe)."""
-    unique, repeated = unique_outcomes(outcomes)
-    if not unique:
-        return StoreResult(0, repeated)
-    table = pa.Table.from_pylist(
-        [
-            {
-                "ord": i,
-                "outcome_id": o.outcome_id,
-                "task_id": o.task_id,
-                "trace_id": o.trace_id,
-                "outcome": o.outcome,
-                "review_s": o.review_s,
-                "reviewer": o.reviewer,
-                "score": o.score,
-                "decided_at": o.decided_at,
-                "source": o.source,
-            }
-            for i, o in enumerate(unique)
-        ],
-        schema=_SCHEMA,
-    )
-
-    def op(cur: duckdb.DuckDBPyConnection) -> StoreResult:
-        cur.register(_BATCH, table)
-        try:
-            existing = cur.execute(_EXISTING_SQL).fetchall()
-            for row in existing:
-                if not row[-1]:
-                    raise OutcomeConflictError(_conflict_message(unique[row[0]], row))
-            cur.execute(_INSERT_SQL)
-        finally:
-            cur.unregister(_BATCH)
-        return StoreResult(len(unique) - len(existing), repeated + len(existing))
-
-    return storage.write(op, units=len(unique), timeout_s=timeout_s)
-
-
-# ---------------------------------------------------------------------------- HTTP
-def _media_type(content_type: str | None) -> str:
-    return (content_type or "").split(";", 1)[0].strip().lower()
-
-
-class OutcomeReceiver:
-    """Answers POST /v1/outcomes: authenticates, validates, stores, reports.
-
-    Conventions of ingest/otlp_receiver.py's TraceReceiver: the same ingest keys and 401
-    messages, 405 for other methods, 413 over the body limit (after gzip), 415 for another
-    content type, 503 + Retry-After when the writer's queue is full. Answers are JSON:
-    200 ``{"inserted": n, "duplicates": m}``, else ``{"error": "...", "errors": [...]}``.
-    """
-
-    def __init__(
-        self,
-        storage: Storage,
-        metrics: ServiceMetrics,
-        *,
-        ingest_keys: tuple[str, ...] = (),
-        max_body_bytes: int = MAX_BODY_BYTES,
-        retry_after_s: int = 1,
-        write_timeout_s: float = 60.0,
-    ) -> None:
-        self._storage = storage
-        self._metrics = metrics
-        self._keys = tuple(k.encode() for k in ingest_keys)
-        self._max_body = max_body_bytes
-        self._retry_after = retry_after_s
-        self._write_timeout = write_timeout_s
-
-    def handle(self, method: str, headers: Mapping[str, str], stream: BinaryIO) -> Response:
-        """Answer one HTTP request to /v1/outcomes. ``headers`` keys are case-insensitive."""
-        started = time.perf_counter()
-        try:
-            response = self._handle(method, headers, stream)
-        except InferLedgerError as exc:
-            response = self._error(exc)
-        except Exception:  # the one place a bug becomes a 500 with a log line
-            log.exception("unexpected error in %s", ENDPOINT)
-            response = self._error(InferLedgerError("internal error; see the server log"))
-        self._metrics.http_requests.labels(ENDPOINT, str(response.status)).inc()
-        self._metrics.http_latency.labels(ENDPOINT).observe(time.perf_counter() - started)
-        return response
-
-    def _handle(self, method: str, headers: Mapping[str, str], stream: BinaryIO) -> Response:
-        if method != "POST":
-            raise MethodNotAllowedError(f"method {method} is not allowed; use POST")
-        self._authenticate(headers)
-        if _media_type(headers.get("Content-Type")) != JSON:
-            raise UnsupportedMediaTypeError(
-                f"unsupported Content-Type {headers.get('Content-Type')!r}: use {JSON}"
-            )
-        length_header = headers.get("Content-Length")
-        try:
-            length = int(length_header) if length_header else None
-        except ValueError:
-            raise BadInputError(f"invalid Content-Length {length_header!r}") from None
-        body = read_body(stream, length, headers.get("Content-Encoding"), self._max_body)
-        outcomes = parse_outcomes_json(body)
-        try:
-            result = store_outcomes(self._storage, outcomes, timeout_s=self._write_timeout)
-        except QueueFullError:
-            raise ServiceUnavailableError(
-                "ingest is overloaded (too many writes waiting); retry later"
-            ) from None
-        except TimeoutError:
-            raise ServiceUnavailableError(
-                f"the write did not finish within {self._write_timeout:g} s; retry "
-                "(posting the same outcomes again is safe)"
-            ) from None
-        except (OSError, StorageError) as exc:
-            raise ServiceUnavailableError(f"cannot store outcomes now: {exc}") from None
-        body_out = {"inserted": result.inserted, "duplicates": result.duplicates}
-        return Response(200, json.dumps(body_out).encode(), JSON)
-
-    def _authenticate(self, headers: Mapping[str, str]) -> None:
-        check_ingest_key(headers, self._keys)  # the same keys and answers as /v1/traces
-
-    def _error(self, exc: InferLedgerError) -> Response:
-        status = exc.http_status
-        errors = list(getattr(exc, "errors", ())) or [str(exc)]
-        doc: dict[str, object] = {"error": str(exc), "errors": errors[:ERRORS_SHOWN]}
-        if len(errors) > ERRORS_SHOWN:
-            doc["errors_total"] = len(errors)
-        headers: dict[str, str] = {}
-        if status == 503:
-            headers["Retry-After"] = str(self._retry_after)
-        if status == 401:
-            headers["WWW-Authenticate"] = 'Bearer realm="inferledger-ingest"'
-        return Response(status, json.dumps(doc).encode(), JSON, headers)

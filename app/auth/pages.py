@@ -1,6 +1,6 @@
 """What sign-in shows: the sign-in page, the 403 page and layout, and the guard's JSON answers.
 Plain HTML outside Dash (the sign-in page must work before any Dash asset may load); the logic
-that decides which to show is in app/auth.py."""
+that decides which to show is in app/auth/routes.py and app/auth/guard.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 import flask
+from dash import dcc, html
 from markupsafe import Markup, escape
 
 from models.users import Role, User
@@ -101,7 +102,7 @@ def forbidden_page(user: User, needed: Role, page_name: str) -> flask.Response:
     return html_page("Not allowed · InferLedger", body, 403)
 
 
-#: Signing out is a POST (app/auth.py, _logout); the button looks like the link it replaces.
+#: Signing out is a POST (app/auth/routes.py, logout); the button looks like the link it replaces.
 _SIGN_OUT = Markup(
     '<form class="user-signout-form" method="post" action="/logout">'
     '<button type="submit" class="user-signout">Sign out</button></form>'
@@ -121,8 +122,6 @@ def sign_out_page(user: User) -> flask.Response:
 
 def forbidden_layout(user: User | None, needed: Role, name: str) -> Any:
     """What a page shows instead of itself when the role does not allow it."""
-    from dash import dcc, html
-
     return html.Div(
         [
             html.H1("Not allowed"),

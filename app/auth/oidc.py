@@ -1,7 +1,7 @@
 """The optional OpenID Connect provider: the authorization code flow with PKCE over `requests`
-(docs/security.md, "Sign-in with an OpenID Connect provider"). app/auth.py owns the routes and
-the session; this module only talks to the provider and checks what it answers. Nothing here
-runs unless the auth.oidc_* settings name a provider.
+(docs/security.md, "Sign-in with an OpenID Connect provider"). app/auth/routes.py owns the routes
+and app/auth/session.py the session; this module only talks to the provider and checks what it
+answers. Nothing here runs unless the auth.oidc_* settings name a provider.
 """
 
 from __future__ import annotations
