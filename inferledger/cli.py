@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable, Sequence
 
 from inferledger import __version__
+from inferledger.demo import add_parser as add_demo_parser
+from inferledger.demo import run as run_demo
 from inferledger.errors import InferLedgerError, SettingsError
 from inferledger.settings import SETTINGS, load_settings, settings_markdown
 
@@ -76,8 +78,6 @@ def build_parser() -> argparse.ArgumentParser:
     from inferledger.simulate import add_parser as add_simulate_parser
 
     add_simulate_parser(sub)
-
-    from inferledger.demo import add_parser as add_demo_parser
 
     add_demo_parser(sub)
 
@@ -159,8 +159,6 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
         return 0
     if args.command == "demo":
-        from inferledger.demo import run as run_demo
-
         return run_demo(args)
     if args.command == "simulate":
         from inferledger.simulate import run as run_simulate

@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 
 from inferledger.browser_pages import screenshot_pages
+from inferledger.demo import Demo, DemoOptions
 from inferledger.errors import InferLedgerError
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
@@ -26,7 +27,6 @@ def _free_port() -> int:
 
 
 def build_demo_ledger(db: Path, hours: float, seed: int = 1) -> None:
-    from inferledger.demo import Demo, DemoOptions
     from inferledger.storage import Storage
     from models.marts import Refresher
 
