@@ -31,21 +31,42 @@ log = logging.getLogger(__name__)
 EXPOSITION = "text/plain; version=0.0.4; charset=utf-8"
 
 
-class SpanSender:
+class _Workers:
+    """A thread pool and the futures it has not finished: what both senders drain and close."""
+
+    def __init__(self, workers: int, name: str, max_pending: int) -> None:
+        self._pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._pending: set[Future[Any]] = set()
+        self._lock = threading.Lock()
+
+    def drain(self) -> None:
+        """Wait until everything queued is done."""
+        while True:
+            with self._lock:
+                pending = list(self._pending)
+            if not pending:
+                return
+            for f in pending:
+                with contextlib.suppress(Exception):
+                    f.result()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+class SpanSender(_Workers):
     """POSTs OTLP protobuf bodies to /v1/traces from a few threads, like several exporters;
     retries a 503 after its Retry-After, as the OTLP exporters do."""
 
     def __init__(self, url: str, stop: threading.Event, *, workers: int, max_pending: int) -> None:
         import requests  # ~40 ms: not for every CLI command that builds the parser
 
+        super().__init__(workers, "demo-otlp", max_pending)
         self._requests = requests
         self.url = url
         self.stop = stop
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="demo-otlp")
-        self._slots = threading.BoundedSemaphore(max_pending)
         self._local = threading.local()
-        self._pending: set[Future[None]] = set()
-        self._lock = threading.Lock()
         self.spans = 0
         self.rejected = 0
         self.error: str | None = None
@@ -118,32 +139,15 @@ class SpanSender:
                 return
             raise DemoError(f"POST /v1/traces answered {resp.status_code}: {resp.text[:200]}")
 
-    def drain(self) -> None:
-        """Wait until every queued request is answered."""
-        while True:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return
-            for f in pending:
-                with contextlib.suppress(Exception):
-                    f.result()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
-
-
-class MetricReplayer:
+class MetricReplayer(_Workers):
     """Stores rendered pages through Scraper.ingest_text, a few at a time (parsing one page
     overlaps committing another)."""
 
     def __init__(self, scraper: Any, stop: threading.Event, *, workers: int) -> None:
+        super().__init__(workers, "demo-metrics", workers * 4)
         self.scraper = scraper
         self.stop = stop
-        self._pool = ThreadPoolExecutor(workers, thread_name_prefix="demo-metrics")
-        self._slots = threading.BoundedSemaphore(workers * 4)
-        self._pending: set[Future[Any]] = set()
-        self._lock = threading.Lock()
         self.samples = 0
         self.scrapes = 0
         self.error: str | None = None
@@ -188,19 +192,6 @@ class MetricReplayer:
 
         future.add_done_callback(done)
         return True
-
-    def drain(self) -> None:
-        while True:
-            with self._lock:
-                pending = list(self._pending)
-            if not pending:
-                return
-            for f in pending:
-                with contextlib.suppress(Exception):
-                    f.result()
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass(frozen=True)
