@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 
+def one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as one line of at most `limit` characters (its class name when it has no
+    text), for logs and error records that must stay one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class InferLedgerError(Exception):
     """Base of every error the product raises on purpose. ``str(exc)`` is user-facing."""
 

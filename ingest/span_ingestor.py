@@ -21,7 +21,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from inferledger.errors import QueueFullError, StorageError
+from inferledger.errors import QueueFullError, StorageError, one_line
 from inferledger.service_metrics import ServiceMetrics
 from inferledger.storage import Storage
 from ingest.otlp_decode import DecodedTraces, OtlpDecodeError
@@ -248,13 +248,15 @@ class SpanIngestor:
                 pass  # other writers (scrapes, outcomes) fill the gateway's queue: wait, no count
             except Exception as exc:
                 if self._stopping:  # keep it in the spool; the next start tries again
-                    log.warning("span ingestor stopping after a failed write: %s", _one_line(exc))
+                    log.warning(
+                        "span ingestor stopping after a failed write: %s", one_line(exc, 500)
+                    )
                     return False
                 if len(batch) > 1:  # find the request at fault; store the others
                     log.warning(
                         "writing %d merged requests failed (%s); writing them one by one",
                         len(batch),
-                        _one_line(exc),
+                        one_line(exc, 500),
                     )
                     return all(self._store([item]) for item in batch)
                 attempt += 1
@@ -262,7 +264,7 @@ class SpanIngestor:
                     item = batch[0]
                     self._quarantine(
                         item.entry,
-                        f"insert failed {attempt} time(s): {_one_line(exc)}",
+                        f"insert failed {attempt} time(s): {one_line(exc, 500)}",
                         item.spans,
                     )
                     self._done(batch)
@@ -272,7 +274,7 @@ class SpanIngestor:
                     batch[0].entry.seq,
                     attempt,
                     self._write_attempts,
-                    _one_line(exc),
+                    one_line(exc, 500),
                 )
             if self._stopping:
                 return False
@@ -307,8 +309,3 @@ class SpanIngestor:
             self._pending_spans -= spans
             self._pending_bytes -= nbytes
             self._cond.notify_all()
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text[:500]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from inferledger.errors import InferLedgerError
+from inferledger.errors import InferLedgerError, one_line
 from models.allocation import DEFAULT_MAX_SCRAPE_GAP_NS, HOUR_NS, allocate_window
 from models.deployments import learn_replicas
 from models.efficiency import dirty_cache_hours, refresh_cache_hours, refresh_latency_hours
@@ -103,11 +103,6 @@ def hour_text(hour_ns: int) -> str:
         return datetime.fromtimestamp(hour_ns // 1_000_000_000, UTC).strftime("%Y-%m-%dT%H:%MZ")
     except (OverflowError, ValueError, OSError):
         return f"the hour at {hour_ns} ns"
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -407,7 +402,7 @@ class Refresher:
                 return self._refresh(full=full, trigger=trigger)
             except _WINDOW_ERRORS as exc:
                 raise RefreshError(
-                    f"ledger refresh failed: {_one_line(exc)}; no watermark moved, the next run "
+                    f"ledger refresh failed: {one_line(exc)}; no watermark moved, the next run "
                     "retries"
                 ) from exc
 
@@ -427,14 +422,14 @@ class Refresher:
                 continue
             except _WINDOW_ERRORS as exc:
                 if h1 - h0 == HOUR_NS:
-                    failed.append(FailedHour(h0, _one_line(exc)))
+                    failed.append(FailedHour(h0, one_line(exc)))
                     continue
             # Hour by hour, so that one bad hour does not hold back its neighbours.
             for h in range(h0, h1, HOUR_NS):
                 try:
                     total_requests += self._refresh_window(h, h + HOUR_NS)
                 except _WINDOW_ERRORS as exc:
-                    failed.append(FailedHour(h, _one_line(exc)))
+                    failed.append(FailedHour(h, one_line(exc)))
         for item in failed if self.log_failures else ():
             log.error(
                 "ledger refresh: hour %s failed%s: %s",
