@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import parse_qs, urlencode
 
+from models import page_data
 from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
 from models.ledger_queries import Filters
 
@@ -38,14 +39,8 @@ MAX_SPAN = timedelta(days=400)
 FUTURE_MARGIN = timedelta(days=1)
 DEFAULT_POLICY = DEFAULT_CHOICE.value
 #: The global equality filters, in the filter bar's order: URL key -> Filters field (which is
-#: also the column of the marts it narrows). The app's one URL-filter map (issue #9).
-FILTER_FIELDS = {
-    "env": "environment",
-    "team": "team",
-    "app": "app",
-    "route": "route",
-    "model": "model",
-}
+#: also the column of the marts it narrows), derived from the one map, models.page_data.
+FILTER_FIELDS = {key: field for field, key in page_data.FILTER_KEYS.items()}
 FILTER_KEYS = tuple(FILTER_FIELDS)
 #: Each filter's label in the filter bar.
 FILTER_LABELS = {

@@ -16,9 +16,9 @@ from dash import ALL, Input, Output, State, callback, dcc, html
 
 from app import context
 from app.components import URL_ID
-from app.filters import FILTER_FIELDS, FILTER_KEYS, FILTER_LABELS, PRESETS, UrlState, parse
+from app.filters import FILTER_KEYS, FILTER_LABELS, PRESETS, UrlState, parse
 from inferledger import __version__
-from models import idle_policy
+from models import idle_policy, page_data
 from models.ledger_queries import Filters, run
 
 FILTER_ID = "filter"
@@ -30,9 +30,8 @@ def filter_options(filters: Filters) -> dict[str, list[str]]:
     """Values to offer in each filter: what the spend mart holds (small, aggregated; the
     query reads no filter, `run` just wants one)."""
     out: dict[str, list[str]] = {key: [] for key in FILTER_KEYS}
-    key_of = {field: key for key, field in FILTER_FIELDS.items()}
     for row in run(context.storage(), "filter_options", filters).to_pylist():
-        out[key_of[row["field"]]].append(row["value"])
+        out[page_data.FILTER_KEYS[row["field"]]].append(row["value"])
     return out
 
 
