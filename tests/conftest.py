@@ -237,12 +237,20 @@ def page(browser):
 
 @pytest.fixture(scope="session")
 def ledger_end() -> datetime:
-    """The instant the demo ledger ends: taken once per session, on the demo's 15 s scrape
-    grid. The demo's clock stands still there, so the ledger holds nothing after it however
-    long the build takes, and a test that derives its range from this instant (not from the
-    clock when it runs) selects the same rows whatever hour, day or month boundary passes
-    during the session (issue #17)."""
-    return datetime.fromtimestamp(time.time() // 15 * 15, UTC)
+    """The instant the demo ledger ends: the last Monday-Thursday 15:07:30 UTC before now. The
+    demo's clock stands still there, so the ledger holds nothing after it however long the
+    build takes, and a test that derives its range from this instant (not from the clock when
+    it runs) selects the same rows whatever hour, day or month boundary passes during the
+    session (issue #17). A fixed weekday afternoon, not "now": the demo's traffic follows the
+    hour and the weekday, and a ledger of the quiet night or weekend hours lacked what the
+    tests browse (an app with no requests, an hourly service charged to no team), so the UI
+    tests passed or failed with the hour CI ran at. At most 4 days back: inside the
+    pages' default 7 days."""
+    now = datetime.now(UTC)
+    end = now.replace(hour=15, minute=7, second=30, microsecond=0)
+    while end >= now or end.weekday() > 3:
+        end -= timedelta(days=1)
+    return end
 
 
 def whole_days(end: datetime) -> tuple[datetime, datetime, str]:
