@@ -22,7 +22,7 @@ from app.filters import filters_from
 from app.formats import money as money  # re-exported: pages format with it
 from app.formats import number as number
 from app.formats import seconds as seconds
-from models.ledger_queries import Filters, run
+from ledger.queries import Filters, run
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import flask
 
 from app import auth
-from inferledger.settings import Settings
-from inferledger.storage import Storage
+from inferledger.core.settings import Settings
+from inferledger.core.storage import Storage
 
 EXTENSION_KEY = "inferledger"
 
@@ -39,7 +39,7 @@ def allowed(page: dict) -> bool:
 
 
 def current_user():
-    """The signed-in user (models.users.User), or None (nobody, or sign-in is off)."""
+    """The signed-in user (ledger.users.User), or None (nobody, or sign-in is off)."""
     return auth.current_user()
 
 

@@ -8,8 +8,8 @@ import dash
 
 from app import auth, shell
 from app.context import EXTENSION_KEY, AppContext
-from inferledger.settings import Settings
-from inferledger.storage import Storage
+from inferledger.core.settings import Settings
+from inferledger.core.storage import Storage
 
 _HERE = Path(__file__).resolve().parent
 ASSETS = _HERE.parent / "assets"

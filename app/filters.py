@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import parse_qs, urlencode
 
-from models import page_data
+from ledger import page_data
+from ledger.queries import Filters
 from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
-from models.ledger_queries import Filters
 
 PRESETS = {
     "24h": "Last 24 hours",
@@ -39,7 +39,7 @@ MAX_SPAN = timedelta(days=400)
 FUTURE_MARGIN = timedelta(days=1)
 DEFAULT_POLICY = DEFAULT_CHOICE.value
 #: The global equality filters, in the filter bar's order: URL key -> Filters field (which is
-#: also the column of the marts it narrows), derived from the one map, models.page_data.
+#: also the column of the marts it narrows), derived from the one map, ledger.page_data.
 FILTER_FIELDS = {key: field for field, key in page_data.FILTER_KEYS.items()}
 FILTER_KEYS = tuple(FILTER_FIELDS)
 #: Each filter's label in the filter bar.

@@ -18,8 +18,9 @@ from app import context
 from app.components import URL_ID
 from app.filters import FILTER_KEYS, FILTER_LABELS, PRESETS, UrlState, parse
 from inferledger import __version__
-from models import idle_policy, page_data
-from models.ledger_queries import Filters, run
+from ledger import page_data
+from ledger.queries import Filters, run
+from models import idle_policy
 
 FILTER_ID = "filter"
 #: Pages that arrive with later issues keep their place in the navigation.

@@ -7,7 +7,7 @@ take to answer on 1M and 10M generated requests.
 Targets: an hour of 50 req/s traffic refreshes incrementally in under 10 s; every dashboard
 query answers in under 300 ms at 10M requests. Steps:
 
-- full refresh: the marts emptied, then `models.marts.refresh(storage)` over all the data;
+- full refresh: the marts emptied, then `ledger.marts.refresh(storage)` over all the data;
 - incremental hour: one more hour of 50 req/s (bench/ledger_data.append_hours; 180,000
   requests) written into the raw tables, then the refresh timed alone;
 - queries: every named query the pages run (:func:`page_query_names`, found in the page
@@ -43,11 +43,11 @@ if str(ROOT / "bench") not in sys.path:
 
 from ledger_data import append_hours  # noqa: E402
 
+from inferledger.core.storage import Storage  # noqa: E402
 from inferledger.server import prepare_reference_data  # noqa: E402
 from inferledger.settings import load_settings  # noqa: E402
-from inferledger.storage import Storage  # noqa: E402
-from models.ledger_queries import Filters, bind, query_names, query_sql  # noqa: E402
-from models.marts import Refresher, refresh  # noqa: E402
+from ledger.marts import Refresher, refresh  # noqa: E402
+from ledger.queries import Filters, bind, query_names, query_sql  # noqa: E402
 
 INCREMENTAL_TARGET_S = 10.0
 QUERY_TARGET_MS = 300.0
@@ -56,7 +56,7 @@ Query = str | tuple[str, dict[str, Any]]
 
 # ---------------------------------------------------------------------------- which queries
 def _page_modules() -> list[Path]:
-    """app/ and every models module it imports, directly or through other models modules:
+    """app/ and every models or ledger module it imports, directly or through other such modules:
     where a page's named queries are written."""
     files = sorted((ROOT / "app").rglob("*.py"))
     seen: set[Path] = set()
@@ -73,7 +73,7 @@ def _page_modules() -> list[Path]:
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             for name in names:
-                if name.split(".")[0] == "models":
+                if name.split(".")[0] in ("models", "ledger"):
                     module = ROOT.joinpath(*name.split(".")).with_suffix(".py")
                     if module.is_file():
                         todo.append(module)
@@ -91,7 +91,7 @@ def _names_in(files: Iterable[Path], known: set[str]) -> set[str]:
 
 
 def page_query_names() -> list[str]:
-    """Every named query a page can run: each sql/queries name written in app/ or in a models
+    """Every named query a page can run: each sql/queries name written in app/ or in a ledger
     module app/ imports (a literal, so a name a page picks at run time, like the request
     explorer's two orderings, counts too)."""
     return sorted(_names_in(_page_modules(), set(query_names())))
@@ -193,7 +193,7 @@ def _mart_tables(storage: Storage) -> list[str]:
 
 
 def _empty_marts(storage: Storage) -> None:
-    from inferledger.storage import quote_ident
+    from inferledger.core.storage import quote_ident
 
     tables = _mart_tables(storage)
 

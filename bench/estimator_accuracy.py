@@ -12,7 +12,7 @@ class (short/long prompt x short/long output) and overall:
 - misattributed: sum |estimate - true| / 2 / sum true (GPU-seconds given to the wrong request);
   overall also per stage (stage misattr.: wrong request or wrong stage).
 
-Estimators: `allocation` (models.allocation.estimate_gpu_seconds, the product's SQL, when it
+Estimators: `allocation` (ledger.allocation.estimate_gpu_seconds, the product's SQL, when it
 exists), `reference` (docs/cost-model.md's formula restated in numpy), and `tokens-only` (a
 naive baseline: each replica's busy GPU-seconds split by uncached prompt + output tokens).
 
@@ -35,7 +35,7 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from inferledger.storage import Storage
+from inferledger.core.storage import Storage
 from ingest.span_writer import decode_for_storage, insert_spans
 from models.serving.step_shares import (
     LONG_OUTPUT_TOKENS,
@@ -97,7 +97,7 @@ def tokens_only(spans: pa.Table, busy: dict[str, float]) -> pa.Table:
 
 def allocation_estimator() -> Callable[[Storage, int, int], pa.Table] | None:
     try:
-        from models.allocation import estimate_gpu_seconds
+        from ledger.allocation import estimate_gpu_seconds
     except ImportError:
         return None
     return estimate_gpu_seconds
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--no-allocation",
         action="store_true",
-        help="skip models.allocation.estimate_gpu_seconds even when it exists",
+        help="skip ledger.allocation.estimate_gpu_seconds even when it exists",
     )
     args = parser.parse_args(argv)
 
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         f"long prompt >= {LONG_PROMPT_TOKENS}, long output >= {LONG_OUTPUT_TOKENS} tokens"
     )
     if allocation is None:
-        print("models.allocation.estimate_gpu_seconds: not run (reference and baseline only)")
+        print("ledger.allocation.estimate_gpu_seconds: not run (reference and baseline only)")
     misattr: dict[tuple[str, str], list[float]] = {}
     for rate in args.rates:
         for seed in args.seeds:

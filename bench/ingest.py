@@ -24,8 +24,8 @@ import requests
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from inferledger.core.storage import Storage  # noqa: E402
 from inferledger.fixtures import make_export_request  # noqa: E402
-from inferledger.storage import Storage  # noqa: E402
 from ingest import otlp_decode  # noqa: E402
 from ingest.span_writer import decode_for_storage, insert_spans, merge_decoded  # noqa: E402
 

@@ -40,14 +40,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from inferledger.storage import Storage  # noqa: E402
+from inferledger.core.storage import Storage, Transaction  # noqa: E402
 
 DEFAULT_START = datetime(2026, 3, 2, tzinfo=UTC)  # a Monday, after the seed prices (2026-01-01)
 SCRAPE_S = 15
@@ -813,9 +812,9 @@ def _route_case() -> str:
     return " ".join(arms)
 
 
-def _setup(cur: duckdb.DuckDBPyConnection, hours: list[Hour], replicas: int, seed: int) -> None:
+def _setup(tx: Transaction, hours: list[Hour], replicas: int, seed: int) -> None:
     deployments, reps = _fleet(replicas)
-    cur.execute(_MACROS)
+    tx.execute(_MACROS)
     sources = {
         "bench_hours_src": pa.table(
             {
@@ -831,12 +830,11 @@ def _setup(cur: duckdb.DuckDBPyConnection, hours: list[Hour], replicas: int, see
         "bench_vllm_series_src": _vllm_series(deployments),
         "bench_dcgm_series_src": _dcgm_series(reps),
     }
-    for name, table in sources.items():
-        cur.register(name, table)
-        try:
+    with tx.arrow_inputs(sources):
+        for name in sources:
             target = name.removesuffix("_src")
             if target == "bench_hours":
-                cur.execute(
+                tx.execute(
                     "create or replace temp table bench_hours as select *, "
                     "hash($seed::bigint, hour_ns) as hk, "
                     "strftime(make_timestamp(hour_ns // 1000), '%Y%m%d%H') as tag "
@@ -844,24 +842,22 @@ def _setup(cur: duckdb.DuckDBPyConnection, hours: list[Hour], replicas: int, see
                     {"seed": seed},
                 )
             else:
-                cur.execute(f"create or replace temp table {target} as select * from {name}")
-        finally:
-            cur.unregister(name)
-    cur.execute(
+                tx.execute(f"create or replace temp table {target} as select * from {name}")
+    tx.execute(
         "create or replace temp table bench_buckets (replica_gix integer, k bigint, n bigint, "
         "n_length bigint, prompt hugeint, hits hugeint, generated hugeint, busy_s double, "
         "queue_s double, kv_token_s double)"
     )
 
 
-def _teardown(cur: duckdb.DuckDBPyConnection) -> None:
+def _teardown(tx: Transaction) -> None:
     for name in TEMP_TABLES:
-        cur.execute(f"drop table if exists temp.{name}")
+        tx.execute(f"drop table if exists temp.{name}")
 
 
-def _fill_chunk(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, t0_ns: int, k_count: int) -> int:
+def _fill_chunk(tx: Transaction, lo: int, hi: int, t0_ns: int, k_count: int) -> int:
     """Generate hours [lo, hi) into spans; returns the span rows written."""
-    cur.execute(
+    tx.execute(
         _REQUESTS.format(route_case=_route_case()),
         {
             "lo": lo,
@@ -871,29 +867,29 @@ def _fill_chunk(cur: duckdb.DuckDBPyConnection, lo: int, hi: int, t0_ns: int, k_
             "hosted_model": HOSTED_MODEL,
         },
     )
-    cur.execute(_RETRY_STARTS)
+    tx.execute(_RETRY_STARTS)
     app_span = _APP_SPAN.format(env=ENV)
     written = 0
     for sql in (_ROOT_SPANS, _CLIENT_SPANS, _ENGINE_SPANS, _RETRIEVAL_SPANS, _TOOL_SPANS):
         params = {"hosted_response_model": HOSTED_RESPONSE_MODEL} if sql is _CLIENT_SPANS else {}
-        row = cur.execute(sql.format(app_span=app_span, env=ENV), params).fetchone()
+        row = tx.execute(sql.format(app_span=app_span, env=ENV), params).fetchone()
         written += int(row[0]) if row else 0
-    cur.execute(
+    tx.execute(
         _BUCKETS,
         {"t0_ns": t0_ns, "step_ns": SCRAPE_S * 1_000_000_000, "k_last": k_count - 1},
     )
-    cur.execute("drop table temp.bench_req")
+    tx.execute("drop table temp.bench_req")
     return written
 
 
 def _fill_scrapes(
-    cur: duckdb.DuckDBPyConnection, t0_ns: int, k_count: int, replicas: int, seed: int
+    tx: Transaction, t0_ns: int, k_count: int, replicas: int, seed: int
 ) -> tuple[int, int]:
     """Scrapes and samples for the window of k_count scrapes from t0; returns the row counts."""
     t0_us = t0_ns // 1000
     k_offset = (t0_ns // 1_000_000_000) // SCRAPE_S  # draws depend on the absolute scrape slot
-    cur.execute(_BASE, {"t0_us": t0_us, "targets": replica_names(replicas)})
-    cur.execute(
+    tx.execute(_BASE, {"t0_us": t0_us, "targets": replica_names(replicas)})
+    tx.execute(
         _GRID,
         {
             "seed": seed,
@@ -905,27 +901,27 @@ def _fill_scrapes(
             "fail_p": SCRAPE_FAIL_P,
         },
     )
-    scrapes = _rows(cur.execute(_VLLM_SCRAPES))
+    scrapes = _rows(tx.execute(_VLLM_SCRAPES))
     statements = _DCGM_SCRAPES.split(";\n\n")
-    cur.execute(statements[0], {"seed": seed, "k_offset": k_offset, "fail_p": SCRAPE_FAIL_P})
-    scrapes += _rows(cur.execute(statements[1]))
+    tx.execute(statements[0], {"seed": seed, "k_offset": k_offset, "fail_p": SCRAPE_FAIL_P})
+    scrapes += _rows(tx.execute(statements[1]))
     samples = 0
     for sql in _SAMPLES.split(";\n\n"):
-        samples += _rows(cur.execute(sql))
+        samples += _rows(tx.execute(sql))
     return scrapes, samples
 
 
-def _rows(cur: duckdb.DuckDBPyConnection) -> int:
-    row = cur.fetchone()
+def _rows(tx: Transaction) -> int:
+    row = tx.fetchone()
     return int(row[0]) if row else 0
 
 
-def _configure_deployments(cur: duckdb.DuckDBPyConnection) -> bool:
+def _configure_deployments(tx: Transaction) -> bool:
     """Config rows for the two deployments when the deployments table exists (schema 5);
     columns it lacks are left out. Returns whether rows were written."""
     columns = {
         r[0]
-        for r in cur.execute(
+        for r in tx.execute(
             "select column_name from information_schema.columns "
             "where table_name = 'deployments' and table_schema = 'main'"
         ).fetchall()
@@ -944,7 +940,7 @@ def _configure_deployments(cur: duckdb.DuckDBPyConnection) -> bool:
             "source": "config",
         }
         names = [c for c in values if c in columns]
-        cur.execute(
+        tx.execute(
             f"insert or ignore into deployments ({', '.join(names)}) "
             f"values ({', '.join('?' for _ in names)})",
             [values[c] for c in names],
@@ -963,7 +959,7 @@ def _fill(
     started = time.perf_counter()
     t0_ns = hours[0].start_ns
     k_count = len(hours) * 3600 // SCRAPE_S
-    storage.write(lambda cur: _setup(cur, hours, replicas, seed))
+    storage.write(lambda tx: _setup(tx, hours, replicas, seed))
     spans = 0
     try:
         lo = 0
@@ -974,7 +970,7 @@ def _fill(
                 hi += 1
             first, last = lo, hi
             spans += storage.write(
-                lambda cur, a=first, b=last: _fill_chunk(cur, a, b, t0_ns, k_count)
+                lambda tx, a=first, b=last: _fill_chunk(tx, a, b, t0_ns, k_count)
             )
             if progress:
                 done = sum(h.requests for h in hours[:hi])
@@ -985,7 +981,7 @@ def _fill(
                 )
             lo = hi
         scrapes, samples = storage.write(
-            lambda cur: _fill_scrapes(cur, t0_ns, k_count, replicas, seed)
+            lambda tx: _fill_scrapes(tx, t0_ns, k_count, replicas, seed)
         )
     finally:
         storage.write(_teardown)

@@ -35,8 +35,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from inferledger.core.storage import Storage  # noqa: E402
 from inferledger.fixtures import make_export_request  # noqa: E402
-from inferledger.storage import Storage  # noqa: E402
 
 PB = {"Content-Type": "application/x-protobuf"}
 USER, PASSWORD = "bench", "overload-bench-password-1"

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from inferledger.errors import InferLedgerError
+from inferledger.core.errors import InferLedgerError
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [

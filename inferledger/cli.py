@@ -8,9 +8,9 @@ import sys
 from collections.abc import Callable, Sequence
 
 from inferledger import __version__
+from inferledger.core.errors import InferLedgerError, SettingsError
 from inferledger.demo import add_parser as add_demo_parser
 from inferledger.demo import run as run_demo
-from inferledger.errors import InferLedgerError, SettingsError
 from inferledger.settings import SETTINGS, load_settings, settings_markdown
 
 #: Settings whose values `inferledger settings` does not print.
@@ -180,9 +180,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _refresh(settings, *, full: bool) -> int:
+    from inferledger.core.storage import open_for_command
     from inferledger.server import prepare_reference_data
-    from inferledger.storage import open_for_command
-    from models.marts import Refresher
+    from ledger.marts import Refresher
 
     with open_for_command(settings) as storage:
         prepare_reference_data(storage, settings)

@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ScopeSpans, Span, Status
 
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.settings import ScrapeTarget
-from inferledger.storage import Storage
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.settings import ScrapeTarget
+from inferledger.core.storage import Storage
 from ingest.scraper import Scraper
 from ingest.span_writer import decode_for_storage, insert_spans
 from models.otlp import add_attribute
@@ -245,7 +245,7 @@ class SpanSet:
         decoded = decode_for_storage(self.payload())
         if decoded.errors:
             raise ValueError(f"fixture spans rejected: {decoded.errors}")
-        return storage.write(lambda cur: insert_spans(cur, decoded))
+        return storage.write(lambda tx: insert_spans(tx, decoded))
 
 
 def vllm_page(model: str = "test-model", running: int = 0) -> str:
@@ -284,8 +284,9 @@ def worked_example(storage: Storage, base_ns: int) -> None:
     deployment `dep` (1 x H200 at $3.60/GPU-hour) up for 100 s; request A (app a1) prefills
     1,000 tokens in [10, 12) and decodes 19 tokens until 30; request B (app a2) prefills 100
     tokens in [20, 21) and decodes 20 tokens until 40. Both on route /r of team t."""
-    from models.deployments import Deployment, sync_configured
-    from models.price_book import set_price
+    from ledger.deployments import sync_configured
+    from ledger.price_book import set_price
+    from models.deployment_config import Deployment
 
     set_price(storage, "gpu", "H200", "gpu_hour", 3.60, "2026-01-01", changed_by="fixture",
               source="cli")  # fmt: skip

@@ -19,8 +19,8 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from inferledger.errors import BadInputError, InferLedgerError, StorageError
-from inferledger.storage import Storage
+from inferledger.core.errors import BadInputError, InferLedgerError, StorageError
+from inferledger.core.storage import Storage
 from ingest.outcome_parse import MAX_OUTCOMES_PER_REQUEST, Outcome, parse_outcomes_csv
 from ingest.outcome_receiver import ENDPOINT
 from ingest.outcome_writer import StoreResult, store_outcomes, unique_outcomes

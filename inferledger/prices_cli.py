@@ -15,10 +15,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from inferledger.errors import InferLedgerError
-from inferledger.settings import Settings, load_settings
-from inferledger.storage import Storage, open_for_command
-from models.price_book import (
+from inferledger.core.errors import InferLedgerError
+from inferledger.core.settings import Settings
+from inferledger.core.storage import Storage, open_for_command
+from inferledger.settings import load_settings
+from ledger.price_book import (
     ALLOWED_UNITS,
     Price,
     PriceSource,

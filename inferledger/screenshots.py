@@ -14,8 +14,8 @@ import tempfile
 from pathlib import Path
 
 from inferledger.browser_pages import screenshot_pages
+from inferledger.core.errors import InferLedgerError
 from inferledger.demo import Demo, DemoOptions
-from inferledger.errors import InferLedgerError
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
 
@@ -27,8 +27,8 @@ def _free_port() -> int:
 
 
 def build_demo_ledger(db: Path, hours: float, seed: int = 1) -> None:
-    from inferledger.storage import Storage
-    from models.marts import Refresher
+    from inferledger.core.storage import Storage
+    from ledger.marts import Refresher
 
     demo = Demo(
         DemoOptions(db=db, port=_free_port(), days=hours / 24, seed=seed),

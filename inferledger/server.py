@@ -19,21 +19,21 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from app.auth import observe_sign_ins
 from app.factory import create_app
-from inferledger.errors import StorageError
-from inferledger.http_server import Deadlines, WaitressRunner, wait_until
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.settings import Settings
-from inferledger.storage import Storage
+from inferledger.core.errors import StorageError
+from inferledger.core.http_server import Deadlines, WaitressRunner, wait_until
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.settings import Settings
+from inferledger.core.storage import Storage
 from ingest.otlp_receiver import TraceReceiver
 from ingest.outcome_receiver import MAX_BODY_BYTES as OUTCOMES_MAX_BODY_BYTES
 from ingest.outcome_receiver import OutcomeReceiver
 from ingest.scraper import Scraper, scrape_executors
 from ingest.span_ingestor import SpanIngestor
 from ingest.spool import Spool
-from models.deployments import sync_configured
-from models.efficiency import seed_slo_targets_if_empty
-from models.marts import Refresher
-from models.price_book import seed_if_empty
+from ledger.deployments import sync_configured
+from ledger.efficiency import seed_slo_targets_if_empty
+from ledger.marts import Refresher
+from ledger.price_book import seed_if_empty
 
 log = logging.getLogger(__name__)
 
@@ -300,7 +300,7 @@ class Service:
         runner = WaitressRunner(
             self.wsgi_app(),
             # Slow or idle clients are dropped so they cannot fill the connection limit and
-            # take health, UI and ingest offline (inferledger/http_server.py, issue #17).
+            # take health, UI and ingest offline (inferledger/core/http_server.py, issue #17).
             deadlines=Deadlines(
                 header_timeout_s=self.settings["http.header_timeout_s"],
                 request_timeout_s=self.settings["http.request_timeout_s"],

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from inferledger.errors import SettingsError
+from inferledger.core.errors import SettingsError
 from inferledger.sim_openai import ApiError
 from models.serving.live import LiveCluster, RequestHandle
 from models.serving.records import ReplicaRecord, RequestRecord

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from inferledger.errors import InferLedgerError
+from inferledger.core.errors import InferLedgerError
 from models.serving.records import RequestRecord
 from models.serving.request import Segment
 

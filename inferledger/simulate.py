@@ -18,7 +18,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
+from inferledger.sim_server import (
+    add_serve_arguments,
+    serve_options_from_scenario,
+    serve_simulation,
+)
 from models.serving.scenario import (
     SCENARIO_FIELDS,
     ScenarioConfig,
@@ -79,8 +84,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         default=DEFAULT_METRIC_PERCENTILES,
         help=f"comma-separated percentiles, e.g. 25,50,99 [default: {DEFAULT_METRIC_PERCENTILES}]",
     )
-    from inferledger.sim_server import add_serve_arguments
-
     add_serve_arguments(parser)
     return parser
 
@@ -168,11 +171,6 @@ def run(args: argparse.Namespace) -> int:
     """Run the simulation the flags describe; print the result block. Errors the user can fix
     raise BadInputError (the CLI prints one line and exits 2)."""
     if args.serve:
-        from inferledger.sim_server import (
-            serve_options_from_scenario,
-            serve_simulation,
-        )
-
         return serve_simulation(serve_options_from_scenario(args, scenario_from_args(args)))
     metrics = parse_percentile_metrics(args.percentile_metrics)
     percentiles = parse_metric_percentiles(args.metric_percentiles)

@@ -16,10 +16,11 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
-from inferledger.errors import InferLedgerError
-from inferledger.settings import Settings, load_settings
-from inferledger.storage import Storage, open_for_command
-from models import users
+from inferledger.core.errors import InferLedgerError
+from inferledger.core.settings import Settings
+from inferledger.core.storage import Storage, open_for_command
+from inferledger.settings import load_settings
+from ledger import users
 
 ROLES = "|".join(r.value for r in users.Role)
 

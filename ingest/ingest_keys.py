@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Mapping, Sequence
 
-from inferledger.errors import UnauthorizedError
+from inferledger.core.errors import UnauthorizedError
 
 MISSING_KEY = "missing ingest key: send 'Authorization: Bearer <key>' or 'X-InferLedger-Key'"
 

@@ -43,7 +43,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 
 __all__ = [
     "ACCELERATED",

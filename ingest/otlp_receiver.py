@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from inferledger.errors import (
+from inferledger.core.errors import (
     BadInputError,
     InferLedgerError,
     PayloadTooLargeError,
@@ -40,7 +40,7 @@ from inferledger.errors import (
     UnauthorizedError,
     UnsupportedMediaTypeError,
 )
-from inferledger.service_metrics import ServiceMetrics
+from inferledger.core.service_metrics import ServiceMetrics
 from ingest.ingest_keys import check_ingest_key
 from ingest.otlp_decode import DecodedTraces
 from ingest.otlp_json import json_to_protobuf

@@ -30,7 +30,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 
 OUTCOME_VALUES = ("accepted", "rejected", "corrected")
 SOURCES = ("api", "csv")

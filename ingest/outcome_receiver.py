@@ -11,15 +11,15 @@ import time
 from collections.abc import Mapping
 from typing import BinaryIO
 
-from inferledger.errors import (
+from inferledger.core.errors import (
     BadInputError,
     InferLedgerError,
     QueueFullError,
     StorageError,
     UnsupportedMediaTypeError,
 )
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.storage import Storage
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.storage import Storage
 from ingest.ingest_keys import check_ingest_key
 from ingest.otlp_receiver import (
     MethodNotAllowedError,

@@ -13,11 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
-from inferledger.errors import BadInputError
-from inferledger.storage import Storage
+from inferledger.core.errors import BadInputError
+from inferledger.core.storage import Storage, Transaction
 from ingest.outcome_parse import Outcome
 
 
@@ -149,16 +148,13 @@ def store_outcomes(
         schema=_SCHEMA,
     )
 
-    def op(cur: duckdb.DuckDBPyConnection) -> StoreResult:
-        cur.register(_BATCH, table)
-        try:
-            existing = cur.execute(_EXISTING_SQL).fetchall()
+    def op(tx: Transaction) -> StoreResult:
+        with tx.arrow_inputs({_BATCH: table}):
+            existing = tx.execute(_EXISTING_SQL).fetchall()
             for row in existing:
                 if not row[-1]:
                     raise OutcomeConflictError(_conflict_message(unique[row[0]], row))
-            cur.execute(_INSERT_SQL)
-        finally:
-            cur.unregister(_BATCH)
+            tx.execute(_INSERT_SQL)
         return StoreResult(len(unique) - len(existing), repeated + len(existing))
 
     return storage.write(op, units=len(unique), timeout_s=timeout_s)

@@ -39,7 +39,7 @@ from prometheus_client.openmetrics import parser as openmetrics_parser
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample, Timestamp
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 
 SAMPLE_SCHEMA = pa.schema(
     [

@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import requests
 import requests.adapters
@@ -45,10 +44,10 @@ from apscheduler.jobstores.memory import MemoryJobStore
 from apscheduler.schedulers.base import BaseScheduler
 from urllib3.exceptions import ReadTimeoutError
 
-from inferledger.errors import InferLedgerError
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.settings import ScrapeTarget
-from inferledger.storage import Storage
+from inferledger.core.errors import InferLedgerError
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.settings import ScrapeTarget
+from inferledger.core.storage import Storage, Transaction
 from ingest.prom_text import DropReason, Exposition, ExpositionError, read_exposition
 
 log = logging.getLogger(__name__)
@@ -430,18 +429,14 @@ class Scraper:
             error,
         ]
 
-        def write(cur: duckdb.DuckDBPyConnection) -> None:
+        def write(tx: Transaction) -> None:
             if count:
-                cur.register(_BATCH, samples)
-                try:
-                    cur.execute(_INSERT_SAMPLES, [target.name])
-                finally:
-                    cur.unregister(_BATCH)
-            cur.execute(_INSERT_SCRAPE, row)
+                tx.insert_arrow(_INSERT_SAMPLES, {_BATCH: samples}, [target.name])
+            tx.execute(_INSERT_SCRAPE, row)
 
         try:
             self.storage.write(write, units=count + 1)
-        except (InferLedgerError, duckdb.Error) as exc:
+        except InferLedgerError as exc:
             # Storage refused (queue full, closed, a replayed scrape): the scrape is lost, and
             # there is nowhere to record it but the log and the service metrics.
             log.warning("scrape of %s at %s not stored: %s", target.name, ts.isoformat(), exc)

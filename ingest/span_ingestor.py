@@ -21,9 +21,9 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from inferledger.errors import QueueFullError, StorageError, one_line
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.storage import Storage
+from inferledger.core.errors import QueueFullError, StorageError, one_line
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.storage import Storage
 from ingest.otlp_decode import DecodedTraces, OtlpDecodeError
 from ingest.span_writer import decode_for_storage, decoded_nbytes, insert_spans, merge_decoded
 from ingest.spool import Spool, SpoolEntry
@@ -285,7 +285,7 @@ class SpanIngestor:
     def _write(self, batch: list[_Pending]) -> None:
         total = sum(item.spans for item in batch)
         merged = merge_decoded([item.decoded for item in batch])
-        inserted = self._storage.write(lambda cur: insert_spans(cur, merged), units=total)
+        inserted = self._storage.write(lambda tx: insert_spans(tx, merged), units=total)
         self._spool.remove([item.entry for item in batch])
         self._metrics.spans_accepted.inc(inserted)
         self._metrics.spans_duplicate.inc(total - inserted)

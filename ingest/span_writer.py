@@ -10,10 +10,10 @@ from __future__ import annotations
 from functools import cache
 from importlib import resources
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from inferledger.core.storage import Transaction
 from ingest.otlp_decode import DecodedTraces, SpanWindow, decode_traces, make_extract_spec
 
 # The span attributes the product reads (docs/attributes.md). The decoder returns each as a text
@@ -133,7 +133,7 @@ def _insert_sql() -> str:
     return resources.files("sql").joinpath("ingest", "insert_spans.sql").read_text("utf-8")
 
 
-def insert_spans(cur: duckdb.DuckDBPyConnection, decoded: DecodedTraces) -> int:
+def insert_spans(tx: Transaction, decoded: DecodedTraces) -> int:
     """Insert the batch's new spans; returns how many rows were written (duplicates skipped).
 
     Runs on the writer thread inside the gateway's transaction.
@@ -144,22 +144,17 @@ def insert_spans(cur: duckdb.DuckDBPyConnection, decoded: DecodedTraces) -> int:
     bounds = pc.min_max(spans.column("start_ns"))
     # Span ids repeat within one request only by mistake; checking costs ~0.05 us per span.
     has_repeats = pc.count_distinct(spans.column("span_id")).as_py() != spans.num_rows
-    cur.register("batch_spans", _split_map(spans, "attributes", "attr_keys", "attr_values"))
-    cur.register("batch_scopes", decoded.scopes)
-    cur.register(
-        "batch_resources",
-        _split_map(decoded.resources, "resource_attributes", "resource_keys", "resource_values"),
-    )
-    try:
-        row = cur.execute(
-            _insert_sql(),
-            {
-                "min_start": bounds["min"].as_py(),
-                "max_start": bounds["max"].as_py(),
-                "has_repeats": has_repeats,
-            },
-        ).fetchone()
-    finally:
-        for name in ("batch_spans", "batch_scopes", "batch_resources"):
-            cur.unregister(name)
+    inputs = {
+        "batch_spans": _split_map(spans, "attributes", "attr_keys", "attr_values"),
+        "batch_scopes": decoded.scopes,
+        "batch_resources": _split_map(
+            decoded.resources, "resource_attributes", "resource_keys", "resource_values"
+        ),
+    }
+    params = {
+        "min_start": bounds["min"].as_py(),
+        "max_start": bounds["max"].as_py(),
+        "has_repeats": has_repeats,
+    }
+    row = tx.insert_arrow(_insert_sql(), inputs, params).fetchone()
     return int(row[0]) if row else 0

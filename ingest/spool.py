@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-from inferledger.errors import StorageError
+from inferledger.core.errors import StorageError
 
 log = logging.getLogger(__name__)
 

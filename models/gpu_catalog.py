@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 
 
 class Precision(StrEnum):

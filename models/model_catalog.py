@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.gpu_catalog import GpuSpec, Precision, get_gpu, parse_precision
 
 GIB = 1 << 30

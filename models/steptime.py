@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.execution_time import StepShape
 from models.gpu_catalog import GpuSpec, Precision, get_gpu, parse_precision
 from models.model_catalog import (

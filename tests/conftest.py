@@ -21,10 +21,10 @@ import pytest
 import requests
 
 from inferledger.browser_pages import CHROMIUM, CHROMIUM_ARGS
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.storage import Storage
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.storage import Storage
 from ingest.scraper import Scraper
-from models import users
+from ledger import users
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -282,7 +282,7 @@ def demo_ledger(tmp_path_factory, ledger_end: datetime) -> Path:
     import io
 
     from inferledger.demo import Demo, DemoOptions
-    from models.marts import Refresher
+    from ledger.marts import Refresher
 
     db = tmp_path_factory.mktemp("demo-ledger") / "demo.duckdb"
     demo = Demo(

@@ -15,11 +15,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from inferledger.ledger_fixtures import S, SpanSet, store_scrapes, worked_example
-from models.allocation import HOUR_NS
-from models.deployments import Deployment, set_idle_policy, sync_configured
+from ledger.allocation import HOUR_NS
+from ledger.deployments import set_idle_policy, sync_configured
+from ledger.marts import Refresher, refresh, windows
+from ledger.price_book import set_price
+from models.deployment_config import Deployment
 from models.idle_policy import IdlePolicy
-from models.marts import Refresher, refresh, windows
-from models.price_book import set_price
 
 HOUR0 = 494_444 * HOUR_NS  # 2026-05-28 20:00 UTC, an hour boundary
 RATE = 0.001  # $3.60 per GPU-hour, in $ per second
@@ -440,7 +441,7 @@ def test_allocated_plus_idle_is_total_for_every_policy_and_slice(storage, case):
 
 def test_refresh_command(tmp_path, capsys):
     from inferledger.cli import main
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage
 
     db = tmp_path / "ledger.duckdb"
     with Storage(db) as storage:

@@ -27,11 +27,11 @@ from flask.sessions import SecureCookieSessionInterface
 from app import auth
 from app.auth import guard, limits, oidc, routes
 from inferledger import cli
-from inferledger.errors import SettingsError
+from inferledger.core.errors import SettingsError
+from inferledger.core.storage import Storage
 from inferledger.settings import load_settings
-from inferledger.storage import Storage
-from models import users
-from models.users import Role, SignInError, UserError
+from ledger import users
+from ledger.users import Role, SignInError, UserError
 from tests.conftest import ROOT, LiveService, free_port
 
 PASSWORDS = {"ann": "ann-admin-password", "ada": "ada-analyst-password", "vic": "vic-viewer-pass"}

@@ -15,11 +15,11 @@ from requests.adapters import HTTPAdapter
 
 from app import auth
 from app.auth.limits import SignInThrottle
-from inferledger.errors import SettingsError
+from inferledger.core.errors import SettingsError
 from inferledger.settings import load_settings
-from models import users
-from models.sessions import SessionStore
-from models.sessions import _digest as sessions_digest
+from ledger import users
+from ledger.sessions import SessionStore
+from ledger.sessions import _digest as sessions_digest
 from tests.test_auth import (
     PASSWORDS,
     _get,

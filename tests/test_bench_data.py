@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from inferledger.storage import Storage
+from inferledger.core.storage import Storage
 from ingest.prom_text import parse_exposition
 from ingest.span_writer import decode_for_storage, insert_spans
 from models.otlp import add_attribute

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.calibration import (
     START_COEFFICIENTS,
     CalibrationResult,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from inferledger.core.storage import Storage
 from inferledger.demo import DAY_S, Demo, DemoError, DemoOptions, DemoState, Progress, state_path
-from inferledger.storage import Storage
 from models.workload import load_workload, scrape_targets, ticks
 from models.workload.segments import Segment, SegmentSource, plan_segments
 from tests.conftest import ROOT, free_port, whole_days

@@ -14,22 +14,21 @@ from typing import Any
 
 import pytest
 
-from inferledger.errors import BadInputError, InferLedgerError, SettingsError
+from inferledger.core.errors import BadInputError, InferLedgerError, SettingsError
+from inferledger.core.settings import ScrapeTarget
+from inferledger.core.storage import Storage
 from inferledger.fixtures import make_export_request
-from inferledger.settings import ScrapeTarget, load_settings
-from inferledger.storage import Storage
+from inferledger.settings import load_settings
 from ingest.scraper import Scraper
 from ingest.span_writer import decode_for_storage, insert_spans
-from models.deployments import (
+from ledger.deployments import learn_replicas, set_idle_policy, sync_configured
+from models.deployment_config import (
     Deployment,
     DeploymentConfigError,
     deployments_from_workload,
     gpu_type_name,
-    learn_replicas,
     normalize_gpu_model,
     parse_deployments,
-    set_idle_policy,
-    sync_configured,
 )
 from models.idle_policy import IdlePolicy
 from models.otlp import add_attribute

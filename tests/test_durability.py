@@ -12,8 +12,8 @@ import psutil
 import pytest
 import requests
 
+from inferledger.core.storage import Storage
 from inferledger.fixtures import make_export_request
-from inferledger.storage import Storage
 
 PB = {"Content-Type": "application/x-protobuf"}
 

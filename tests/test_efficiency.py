@@ -3,7 +3,7 @@
 Metric side: scrapes are replayed through Scraper.ingest_text (the parse-and-store path of a
 live scrape) at chosen timestamps into a real DuckDB file, then refresh_cache_hours fills the
 marts. Request side: rows are inserted into mart_requests and mart_service_calls directly; in
-production the cost refresher (models/marts.py) fills them from spans, and refresh_latency_hours
+production the cost refresher (ledger/marts.py) fills them from spans, and refresh_latency_hours
 runs after it. Every expected number is worked out in the comments.
 """
 
@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from inferledger.settings import ScrapeTarget
-from inferledger.storage import Storage
+from inferledger.core.settings import ScrapeTarget
+from inferledger.core.storage import Storage
 from ingest.scraper import Scraper
-from models.efficiency import (
+from ledger.efficiency import (
     HISTOGRAM_RELATIVE_ERROR,
     SloTargetsError,
     bucket_bounds,
@@ -401,14 +401,7 @@ def _insert(storage: Storage, table: str, rows: list[dict[str, Any]]) -> None:
     columns = [r[1] for r in storage.fetchall(f"pragma table_info('{table}')")]
     batch = pa.Table.from_pylist([{c: r[c] for c in columns} for r in rows])
 
-    def op(cur):
-        cur.register("batch_rows", batch)
-        try:
-            cur.execute(f"insert into {table} by name select * from batch_rows")
-        finally:
-            cur.unregister("batch_rows")
-
-    storage.write(op)
+    storage.write(lambda tx: tx.append_arrow(table, batch))
 
 
 def refresh_requests(storage: Storage, hours: Sequence[datetime]) -> int:

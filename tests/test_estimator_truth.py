@@ -21,7 +21,7 @@ from dataclasses import replace
 import pyarrow as pa
 import pytest
 
-from inferledger.storage import Storage
+from inferledger.core.storage import Storage
 from ingest.span_writer import decode_for_storage, insert_spans
 from models.serving.config import SimulationOptions
 from models.serving.step_shares import (
@@ -305,10 +305,10 @@ def test_reference_formula_against_truth(storage: Storage, run: GroundTruthRun) 
 
 
 def test_estimator_against_truth(storage: Storage, run: GroundTruthRun) -> None:
-    """models.allocation.estimate_gpu_seconds (the product's SQL) on the stored engine spans:
+    """ledger.allocation.estimate_gpu_seconds (the product's SQL) on the stored engine spans:
     its total is the busy GPU time, its per-request errors within the measured bounds, and it
     computes the formula of docs/cost-model.md (per request, as the numpy restatement)."""
-    from models.allocation import estimate_gpu_seconds
+    from ledger.allocation import estimate_gpu_seconds
 
     store(storage, run)
     estimate = estimate_gpu_seconds(storage, run.from_ns, run.to_ns)

@@ -21,10 +21,10 @@ import pytest
 import requests
 
 import ingest.span_ingestor
-from inferledger.errors import QueueFullError
+from inferledger.core.errors import QueueFullError
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.storage import Storage
 from inferledger.fixtures import make_export_request
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.storage import Storage
 from ingest.otlp_receiver import TraceReceiver
 from ingest.span_ingestor import SpanIngestor
 from ingest.span_writer import _split_map, decode_for_storage, decoded_nbytes, insert_spans

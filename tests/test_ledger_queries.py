@@ -1,4 +1,4 @@
-"""The dashboard queries (sql/queries, models/ledger_queries.py): they run on the marts, agree
+"""The dashboard queries (sql/queries, ledger/queries.py): they run on the marts, agree
 with each other and with the views, and refuse bad parameters with one clear line."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from inferledger.ledger_fixtures import S, worked_example
-from models.allocation import HOUR_NS
-from models.ledger_queries import Filters, QueryError, bind, query_names, run
-from models.marts import refresh
+from ledger.allocation import HOUR_NS
+from ledger.marts import refresh
+from ledger.queries import Filters, QueryError, bind, query_names, run
 
 ROOT = Path(__file__).resolve().parent.parent
 HOUR0 = 494_444 * HOUR_NS
@@ -115,9 +115,9 @@ def _quoted_query_names(folder: Path) -> set[str]:
 def test_the_benchmark_times_exactly_the_queries_the_pages_run():
     bench = _load_bench()
     timed = set(bench.page_query_names())
-    # what app/ names, and what the models modules it calls for page data name
+    # what app/ names, and what the models and ledger modules it calls for page data name
     in_pages = _quoted_query_names(ROOT / "app")
-    in_models = _quoted_query_names(ROOT / "models")
+    in_models = _quoted_query_names(ROOT / "models") | _quoted_query_names(ROOT / "ledger")
     assert in_pages <= timed
     assert timed <= in_pages | in_models
     assert {"overview_movers", "requests_explorer_newest", "trace_span_detail"} <= timed

@@ -14,8 +14,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from inferledger.settings import ScrapeTarget
-from inferledger.storage import Storage
+from inferledger.core.settings import ScrapeTarget
+from inferledger.core.storage import Storage
 from ingest.scraper import Scraper
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)

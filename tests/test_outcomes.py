@@ -19,9 +19,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from inferledger.cli import main
-from inferledger.errors import QueueFullError
+from inferledger.core.errors import QueueFullError
+from inferledger.core.storage import Storage
 from inferledger.fixtures import BASE_NS
-from inferledger.storage import Storage
 from models.otlp import add_attribute
 from tests.conftest import LiveService, free_port
 

@@ -1,4 +1,4 @@
-"""models/overview.py: the month-end forecast, the budget check and the top movers'
+"""ledger/overview.py: the month-end forecast, the budget check and the top movers'
 decomposition, each against numbers worked by hand; and the overview_* queries on real DuckDB
 marts (rows written into the mart tables, so every expected number is a short sum)."""
 
@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from models import overview as ov
-from models.ledger_queries import Filters, QueryError, run
-from models.overview import PeriodSpend, PriceChange, decompose, forecast_month_end
-from models.price_book import set_price
+from ledger import overview as ov
+from ledger.overview import PeriodSpend, PriceChange, decompose, forecast_month_end
+from ledger.price_book import set_price
+from ledger.queries import Filters, QueryError, run
 
 H = timedelta(hours=1)
 

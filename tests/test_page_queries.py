@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from inferledger.ledger_fixtures import S, worked_example
-from models.allocation import HOUR_NS
-from models.ledger_queries import Filters, run
-from models.marts import refresh
+from ledger.allocation import HOUR_NS
+from ledger.marts import refresh
+from ledger.queries import Filters, run
 
 HOUR0 = 494_444 * HOUR_NS
 START = datetime.fromtimestamp(HOUR0 / S, UTC)

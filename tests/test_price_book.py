@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from inferledger import cli
+from inferledger.core.storage import Storage
 from inferledger.settings import load_settings
-from inferledger.storage import Storage
-from models import price_book as pb
-from models.price_book import (
+from ledger import price_book as pb
+from ledger.price_book import (
     ChangeAction,
     Price,
     PriceBookError,

@@ -15,13 +15,13 @@ import zlib
 from pathlib import Path
 
 from inferledger.cli import main
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.storage import Storage
 from inferledger.ledger_fixtures import S, SpanSet, worked_example
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.storage import Storage
 from ingest.outcome_parse import parse_outcomes_json
 from ingest.outcome_writer import store_outcomes
-from models.allocation import HOUR_NS
-from models.marts import Refresher, _window_hooks
+from ledger.allocation import HOUR_NS
+from ledger.marts import Refresher, _window_hooks
 
 HOUR0 = 494_444 * HOUR_NS  # 2026-05-28 20:00 UTC
 # Two kinds of poison an older version stored. In the very last hour of int64 nanoseconds, whose
@@ -90,7 +90,7 @@ def test_poison_hours_fail_alone_and_the_rest_moves_on(storage: Storage, caplog)
     late = store_poison(storage, "late", LATE_HOUR + 10 * S)
     metrics = ServiceMetrics()
     refresher = Refresher(storage, metrics=metrics)
-    with caplog.at_level(logging.ERROR, logger="models.marts"):
+    with caplog.at_level(logging.ERROR, logger="ledger.marts"):
         first = refresher.refresh()
     # Before issue #17 this raised an int64 ConversionException and saved nothing.
     assert [f.hour_ns for f in first.failed] == [BEYOND_HOUR, LATE_HOUR]

@@ -21,8 +21,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import MetricsHandler, choose_encoder
 
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.settings import ScrapeTarget
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.settings import ScrapeTarget
 from ingest.prom_text import ExpositionError, parse_exposition
 from ingest.scraper import ACCEPT_HEADER, SCRAPE_EXECUTOR, Scraper, scrape_job_id
 

@@ -20,9 +20,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from inferledger.core.service_metrics import ServiceMetrics
+from inferledger.core.settings import ScrapeTarget
 from inferledger.server import Service
-from inferledger.service_metrics import ServiceMetrics
-from inferledger.settings import ScrapeTarget, load_settings
+from inferledger.settings import load_settings
 from ingest.prom_text import (
     MAX_SAMPLE_AGE,
     MAX_SAMPLE_LEAD,

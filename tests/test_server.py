@@ -61,7 +61,7 @@ def test_second_listener_on_otlp_port(live_factory) -> None:
 
 
 def test_cli_serve_refuses_a_newer_database(server_factory, tmp_path) -> None:
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage
 
     db = tmp_path / "future.duckdb"
     with Storage(db) as st:

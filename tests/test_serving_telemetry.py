@@ -667,7 +667,7 @@ def test_dcgm_memory_modes_and_bad_inputs(result):
     assert (
         in_use.snapshot(at)["DCGM_FI_DEV_FB_USED"] < allocated.snapshot(at)["DCGM_FI_DEV_FB_USED"]
     )
-    from inferledger.errors import BadInputError
+    from inferledger.core.errors import BadInputError
 
     with pytest.raises(BadInputError, match="kv_memory"):
         GpuMetricsTimeline(rep, gpu="h200", model="llama-3.1-8b", hostname="n", kv_memory="x")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from inferledger.errors import SettingsError
+from inferledger.core.errors import SettingsError
 from inferledger.settings import SETTINGS, load_settings, settings_markdown
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from inferledger.errors import StorageError
+from inferledger.core.errors import StorageError
 from ingest.spool import Spool
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.execution_time import ExecutionTimePredictor, StepShape
 from models.gpu_catalog import (
     Interconnect,

@@ -10,7 +10,7 @@ import pytest
 import requests
 
 from inferledger.ledger_fixtures import store_scrapes
-from models import price_book
+from ledger import price_book
 from tests.conftest import PASSWORDS, LiveService, choose, sign_in
 
 pytestmark = pytest.mark.browser
@@ -46,7 +46,7 @@ def test_admin_adds_a_price_version(secured: LiveService, tab: Any) -> None:
 def test_admin_sets_an_idle_policy(secured: LiveService, tab: Any) -> None:
     storage = secured.service.storage
     store_scrapes(storage, "r0", "dep-a", 1_780_000_000 * 10**9, [0, 15])
-    from models.deployments import learn_replicas
+    from ledger.deployments import learn_replicas
 
     learn_replicas(storage)
     page, _ = tab

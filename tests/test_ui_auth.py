@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from models import users
+from ledger import users
 from tests.conftest import PASSWORDS, LiveService, choose, sign_in
 
 pytestmark = pytest.mark.browser

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from models.ledger_queries import Filters, run
+from ledger.queries import Filters, run
 from tests.conftest import choose, whole_days
 
 CHART_DATA_JS = """id => {

@@ -14,7 +14,7 @@ import requests
 
 from app.components import money
 from inferledger.fixtures import make_export_request
-from models.ledger_queries import Filters, QueryError, run
+from ledger.queries import Filters, QueryError, run
 from tests.conftest import choose
 
 pytestmark = pytest.mark.browser

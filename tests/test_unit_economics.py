@@ -1,5 +1,5 @@
 """Unit economics end to end: spans through the real span writer, prices in the price book,
-the real allocation (models.allocation.allocate_window), then mart_tasks and its views, checked
+the real allocation (ledger.allocation.allocate_window), then mart_tasks and its views, checked
 against numbers computed by hand. Real DuckDB files; nothing of ours is mocked."""
 
 from __future__ import annotations
@@ -13,18 +13,19 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
+from inferledger.core.storage import Storage
 from inferledger.fixtures import BASE_NS
-from inferledger.storage import Storage
 from ingest.outcome_parse import parse_outcomes_json
 from ingest.outcome_writer import store_outcomes
 from ingest.span_writer import decode_for_storage, insert_spans
-from models import price_book as pb
-from models.allocation import HOUR_NS, allocate_window
-from models.deployments import learn_replicas, parse_deployments, sync_configured
-from models.ledger_queries import Filters, QueryError, bind, run
-from models.marts import Refresher
+from ledger import price_book as pb
+from ledger.allocation import HOUR_NS, allocate_window
+from ledger.deployments import learn_replicas, sync_configured
+from ledger.marts import Refresher
+from ledger.queries import Filters, QueryError, bind, run
+from ledger.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
+from models.deployment_config import parse_deployments
 from models.otlp import add_attribute
-from models.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
 
 S = 1_000_000_000
 H0 = BASE_NS // HOUR_NS * HOUR_NS  # 2026-05-28 20:00 UTC, a Thursday
@@ -392,7 +393,7 @@ def test_an_outcome_posted_before_its_spans_joins_when_they_arrive(storage: Stor
 
 
 def test_the_refresher_recomputes_tasks_of_late_outcomes(storage: Storage) -> None:
-    """The same through models.marts.Refresher, which calls both refreshes."""
+    """The same through ledger.marts.Refresher, which calls both refreshes."""
     seed_prices(storage)
     b = Batch()
     r = b.root("t7", 10, 20, task="ticket-7", outcome="accepted")

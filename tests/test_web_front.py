@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import pytest
 import requests
 
-from inferledger.http_server import wait_until
+from inferledger.core.http_server import wait_until
 
 PARTIAL_HEADER = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n"
 

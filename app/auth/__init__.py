@@ -2,7 +2,7 @@
 rules for pages and callbacks, and the routes of the optional OpenID Connect provider.
 docs/security.md describes it all for users. The package, along its seams:
 
-- app/auth/session.py — **sessions** and the signed-in user: server-side (models/sessions.py),
+- app/auth/session.py — **sessions** and the signed-in user: server-side (ledger/sessions.py),
   Flask's signed cookie (HttpOnly, SameSite=Lax, Secure per auth.cookie_secure) holds a random
   session id and the time of sign-in. Signing out deletes the row, so a copy of the cookie
   stops working too. Also the role checks pages and callbacks call (``require_role``).
@@ -52,11 +52,11 @@ from app.auth.session import (
     renew_session,
     require_role,
 )
-from inferledger.errors import InferLedgerError, SettingsError
-from inferledger.settings import Settings
-from inferledger.storage import Storage
-from models import users
-from models.sessions import SessionStore
+from inferledger.core.errors import InferLedgerError, SettingsError
+from inferledger.core.settings import Settings
+from inferledger.core.storage import Storage
+from ledger import users
+from ledger.sessions import SessionStore
 
 __all__ = [
     "AUTH_KEY",

@@ -27,7 +27,7 @@ from app.auth.oidc import CALLBACK_PATH as OIDC_CALLBACK_PATH
 from app.auth.pages import forbidden_layout, forbidden_message, forbidden_page, json_error
 from app.auth.routes import LOGIN_PATH, LOGOUT_PATH, OIDC_START_PATH
 from app.auth.session import current_user, page_role, state
-from models.users import Role, User
+from ledger.users import Role, User
 
 # The logger name of sign-in's audit lines, as in app/auth/routes.py.
 log = logging.getLogger("app.auth")

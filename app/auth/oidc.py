@@ -18,8 +18,8 @@ from urllib.parse import urlencode, urlsplit
 
 import requests
 
-from inferledger.errors import InferLedgerError, SettingsError
-from inferledger.settings import Settings
+from inferledger.core.errors import InferLedgerError, SettingsError
+from inferledger.core.settings import Settings
 
 CALLBACK_PATH = "/login/oidc/callback"
 _CLOCK_SKEW_S = 300

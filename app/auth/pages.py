@@ -11,7 +11,7 @@ import flask
 from dash import dcc, html
 from markupsafe import Markup, escape
 
-from models.users import Role, User
+from ledger.users import Role, User
 
 _PAGE_HEAD = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">

@@ -18,8 +18,8 @@ import flask
 from app.auth.oidc import OidcError, redirect_uri
 from app.auth.pages import login_page, sign_out_page
 from app.auth.session import current_user, sign_in, sign_out, state
-from models import users
-from models.users import SignInError
+from ledger import users
+from ledger.users import SignInError
 
 # Sign-in's audit lines (docs/security.md, "What is logged") keep the logger name they had
 # before app/auth.py became a package, so log lines and filters on "app.auth" read as before.

@@ -1,7 +1,7 @@
 """Who is signed in and what they may do: the sign-in state kept on the Flask app, the
 server-side session behind the cookie, and the role checks pages and callbacks call.
 
-Sessions are server-side (models/sessions.py): Flask's signed cookie holds a random session id
+Sessions are server-side (ledger/sessions.py): Flask's signed cookie holds a random session id
 and the time of sign-in, and the session lives while its ``auth_sessions`` row does. Every
 request re-reads the user (one indexed row), so a removed or disabled user, a changed password
 or an expired sign-in (auth.session_hours) ends the session at once, and a changed role applies
@@ -20,11 +20,11 @@ import flask
 
 from app.auth.limits import SignInThrottle
 from app.auth.oidc import OidcClient
-from inferledger.errors import InferLedgerError
-from inferledger.storage import Storage
-from models import users
-from models.sessions import SessionStore
-from models.users import Role, User
+from inferledger.core.errors import InferLedgerError
+from inferledger.core.storage import Storage
+from ledger import users
+from ledger.sessions import SessionStore
+from ledger.users import Role, User
 
 AUTH_KEY = "inferledger.auth"
 _CLOCK_SKEW_S = 300

@@ -15,8 +15,10 @@ from app import context
 from app.auth import RoleRequiredError
 from app.components import ids
 from app.filters import filters_from
-from models import deployments, idle_policy
-from models.ledger_queries import run
+from ledger import deployments
+from ledger.queries import run
+from models import idle_policy
+from models.deployment_config import DeploymentConfigError
 
 dash.register_page(
     __name__,
@@ -132,9 +134,9 @@ def _set(_clicks: int, deployment: str | None, policy: str, version: int) -> tup
     try:
         context.require_role("admin")
         if not deployment:
-            raise deployments.DeploymentConfigError("Choose a deployment first.")
+            raise DeploymentConfigError("Choose a deployment first.")
         deployments.set_idle_policy(context.storage(), deployment, policy)
-    except (RoleRequiredError, deployments.DeploymentConfigError) as exc:
+    except (RoleRequiredError, DeploymentConfigError) as exc:
         return html.P(str(exc), className="auth-error", role="alert"), version
     done = f"{deployment}: idle cost is now '{policy}'; the ledger re-prices at its next refresh."
     return html.P(done, className="admin-ok", role="status"), (version or 0) + 1

@@ -16,7 +16,7 @@ from dash import Input, Output, State, callback, dcc, html
 from app import context
 from app.auth import RoleRequiredError
 from app.components import ids
-from models import price_book
+from ledger import price_book
 
 dash.register_page(
     __name__,

@@ -16,7 +16,7 @@ from dash import Input, Output, State, callback, dcc, html
 from app import auth, context
 from app.auth import RoleRequiredError
 from app.components import ids
-from models import users
+from ledger import users
 
 dash.register_page(
     __name__,

@@ -29,8 +29,8 @@ from app.figures import (
     table_figure,
 )
 from app.filters import filters_from
-from models import page_data
-from models.ledger_queries import Filters, run
+from ledger import page_data
+from ledger.queries import Filters, run
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -19,8 +19,8 @@ from app import context, palette
 from app.components import URL_ID, chart, ids
 from app.figures import SHARE, col, legend_on_top, style
 from app.filters import filters_from
-from models import page_data
-from models.ledger_queries import Filters, run
+from ledger import page_data
+from ledger.queries import Filters, run
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -1,7 +1,7 @@
 """Overview: what the fleet cost in the chosen range, where this month is heading, how fast and
 reliable it was, what moved most and why, and what data InferLedger holds.
 
-Numbers come from models/overview.py over the marts (the same queries as the Spend and Unit
+Numbers come from ledger/overview.py over the marts (the same queries as the Spend and Unit
 economics pages, so they agree); this module lays them out.
 """
 
@@ -27,9 +27,9 @@ from app.components import (
 )
 from app.figures import Axis, Panel, panels
 from app.filters import PRESETS, filters_from, parse
+from ledger import overview as ov
+from ledger.queries import Filters
 from models import idle_policy
-from models import overview as ov
-from models.ledger_queries import Filters
 
 dash.register_page(__name__, path="/", name="Overview", title="InferLedger", order=0)
 

@@ -19,8 +19,8 @@ from dash.dash_table.Format import Format, Scheme, Symbol
 from app import context, palette
 from app.components import URL_ID, ids, money, to_csv, why_empty
 from app.filters import filters_from
+from ledger.queries import Filters, run
 from models import idle_policy
-from models.ledger_queries import Filters, run
 
 dash.register_page(
     __name__,

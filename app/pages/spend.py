@@ -31,8 +31,8 @@ from app.components import (
 from app.figures import empty_figure, style
 from app.filters import filters_from, parse
 from app.shell import FILTER_ID
-from models import overview as ov
-from models.ledger_queries import Filters
+from ledger import overview as ov
+from ledger.queries import Filters
 
 dash.register_page(__name__, path="/spend", name="Spend", title="Spend · InferLedger", order=10)
 

@@ -20,8 +20,8 @@ from app import context
 from app.components import URL_ID, ids, money, number, seconds, stat
 from app.figures import waterfall
 from app.filters import filters_from
+from ledger.queries import Filters, run
 from models import idle_policy
-from models.ledger_queries import Filters, run
 from models.trace_tree import Span, TraceTree, build_tree, parse_trace_id
 
 dash.register_page(

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
+from inferledger.core.settings import ScrapeTarget
 from inferledger.demo.history import HistoryLoader
 from inferledger.demo.live import LiveFeeder
 from inferledger.demo.progress import duration
@@ -35,9 +36,9 @@ from inferledger.demo.state import (
     state_path,
     workload_fingerprint,
 )
-from inferledger.settings import ScrapeTarget, load_settings
-from models.deployments import deployments_from_workload
-from models.users import DEMO_ADMIN, ensure_demo_admin, get_user
+from inferledger.settings import load_settings
+from ledger.users import DEMO_ADMIN, ensure_demo_admin, get_user
+from models.deployment_config import deployments_from_workload
 
 if TYPE_CHECKING:
     from inferledger.server import Service

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from inferledger.core.settings import ScrapeTarget
 from inferledger.demo.state import DemoError, DemoState
-from inferledger.settings import ScrapeTarget
 
 if TYPE_CHECKING:  # heavy imports happen when the demo starts, not when the CLI builds its parser
     from inferledger.server import Service

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from inferledger import __version__
-from inferledger.errors import InferLedgerError
+from inferledger.core.errors import InferLedgerError
 
 DEFAULT_DAYS = 7.0
 DEFAULT_SEED = 1

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.gpu_catalog import GpuSpec, get_gpu
 from models.model_catalog import DEFAULT_OVERHEAD_BYTES, ModelProfile, make_profile
 from models.serving.records import ReplicaRecord

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from inferledger.errors import BadInputError
-from inferledger.yaml_files import read_yaml_file
+from inferledger.core.errors import BadInputError
+from inferledger.core.yaml_files import read_yaml_file
 from models.gpu_catalog import Precision, get_gpu, parse_precision
 from models.model_catalog import get_model
 from models.serving.cluster import Cluster

@@ -585,7 +585,7 @@ def reference_estimate(
     spans: pa.Table, gpus_per_replica: Mapping[str, int] | None = None
 ) -> pa.Table:
     """docs/cost-model.md's GPU-share estimator in numpy, from engine-span rows (SPAN_COLUMNS of
-    the `spans` table): a reference for the SQL one (models/allocation.py) and for measuring
+    the `spans` table): a reference for the SQL one (ledger/allocation.py) and for measuring
     the formula itself. Returns trace_id, span_id, replica, prefill_gpu_s, decode_gpu_s.
 
     Each request is active in prefill on [start + queue, start + ttft) with weight

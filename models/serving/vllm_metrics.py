@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from prometheus_client.utils import floatToGoString
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.serving.config import ReplicaConfig, SchedulerConfig
 from models.serving.records import ReplicaRecord, RequestRecord, SimulationResult
 

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from inferledger.yaml_files import parse_yaml, read_yaml_file
+from inferledger.core.yaml_files import parse_yaml, read_yaml_file
 from models.workload.distributions import (
     Distribution,
     LogNormal,

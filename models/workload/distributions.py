@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 
 
 class WorkloadConfigError(BadInputError):

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from models.ledger_queries import Filters
+from ledger.queries import Filters
 
 #: The global filters in the filter bar's order: Filters field -> URL key (as the user sees it).
 FILTER_KEYS = {

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from inferledger.errors import InferLedgerError
+from inferledger.core.errors import InferLedgerError
 
 
 def parse_yaml(text: str, where: str, error: type[InferLedgerError]) -> Any:

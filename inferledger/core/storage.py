@@ -12,8 +12,13 @@ must not be shared across threads. So (after datasette's ``Database``):
 - the schema is created and migrated at open from ``sql/migrations/NNNN_*.sql``; a file whose
   schema is newer than this code knows is refused.
 
-A write is a callable ``op(cursor) -> result``, run on the writer thread inside a transaction.
-It must not COMMIT or ROLLBACK itself.
+A write is a callable ``op(tx) -> result``, run on the writer thread inside a transaction;
+``tx`` is a :class:`Transaction`, the storage interface's write side: statements with bound
+parameters, Arrow batches in (``append_arrow``, ``insert_arrow``), Arrow out. It must not COMMIT
+or ROLLBACK itself. Reads (``query``, ``query_arrow``, ``fetchall``, ``scalar``) return Arrow,
+polars or rows. Nothing above this module sees a DuckDB connection or cursor, and engine errors
+come out as :class:`QueryError` (``ConstraintError`` for a broken key), so a second engine is a
+second implementation of this interface (tests/test_layers.py checks the first half).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import queue
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from importlib import resources
@@ -36,12 +41,18 @@ import duckdb
 import polars as pl
 import pyarrow as pa
 
-from inferledger.errors import QueryTimeoutError, QueueFullError, SchemaTooNewError, StorageError
+from inferledger.core.errors import (
+    ConstraintError,
+    QueryError,
+    QueryTimeoutError,
+    QueueFullError,
+    SchemaTooNewError,
+    StorageError,
+)
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-WriteOp = Callable[[duckdb.DuckDBPyConnection], T]
 
 _MIGRATION_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _GROUP_MAX_OPS = 64
@@ -116,6 +127,94 @@ def _sql_files(folder: str) -> list[tuple[str, str]]:
 def quote_ident(name: str) -> str:
     """Quote an SQL identifier (the one helper for identifiers; values are always bound)."""
     return '"' + name.replace('"', '""') + '"'
+
+
+def _query_error(exc: duckdb.Error) -> QueryError:
+    kind = ConstraintError if isinstance(exc, duckdb.ConstraintException) else QueryError
+    return kind(str(exc))
+
+
+Params = Sequence[Any] | Mapping[str, Any] | None
+
+
+class Transaction:
+    """One open write transaction, as a write op sees it. Statements take bound parameters
+    (``?`` or ``$name``); identifiers go through :func:`quote_ident`. Every engine error is
+    raised as :class:`QueryError` and rolls the whole transaction back."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: duckdb.DuckDBPyConnection) -> None:
+        self._cur = cur
+
+    def execute(self, sql: str, params: Params = None) -> Transaction:
+        """Run one statement; read its rows with :meth:`fetchall` or :meth:`fetchone`."""
+        try:
+            self._cur.execute(sql, params or [])
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
+        return self
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row of parameters."""
+        try:
+            self._cur.executemany(sql, rows)
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
+
+    def fetchall(self) -> list[tuple[Any, ...]]:
+        return self._cur.fetchall()
+
+    def fetchone(self) -> tuple[Any, ...] | None:
+        return self._cur.fetchone()
+
+    def arrow(self, sql: str, params: Params = None) -> pa.Table:
+        """Run a query inside the transaction (it sees the transaction's own writes) and return
+        its rows as Arrow."""
+        try:
+            rel = self._cur.sql(sql, params=params) if params else self._cur.sql(sql)
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
+        if rel is None:
+            raise StorageError("Transaction.arrow needs a statement that returns rows")
+        return rel.to_arrow_table()
+
+    @contextlib.contextmanager
+    def arrow_inputs(self, inputs: Mapping[str, pa.Table]) -> Iterator[Transaction]:
+        """Make each Arrow table of `inputs` readable under its name by the statements run in
+        the block (an INSERT ... SELECT from sql/ingest, a check before it): the batch-shaped
+        write path, with no copy."""
+        names = []
+        try:
+            for name, table in inputs.items():
+                try:
+                    self._cur.register(name, table)
+                except duckdb.Error as exc:
+                    raise _query_error(exc) from None
+                names.append(name)
+            yield self
+        finally:
+            for name in names:
+                with contextlib.suppress(duckdb.Error):
+                    self._cur.unregister(name)
+
+    def insert_arrow(
+        self, sql: str, inputs: Mapping[str, pa.Table], params: Params = None
+    ) -> Transaction:
+        """Run `sql` with `inputs` readable under their names (see :meth:`arrow_inputs`)."""
+        with self.arrow_inputs(inputs):
+            return self.execute(sql, params)
+
+    def append_arrow(self, table: str, data: pa.Table) -> int:
+        """Append an Arrow table's rows to `table`, matching columns by name."""
+        self.insert_arrow(
+            f"INSERT INTO {quote_ident(table)} BY NAME SELECT * FROM _append_batch",
+            {"_append_batch": data},
+        )
+        return data.num_rows
+
+
+WriteOp = Callable[[Transaction], T]
 
 
 class _Job:
@@ -288,9 +387,9 @@ class Storage:
         """Queue a write and wait until it is committed; returns the op's result."""
         return self.submit(op, units).result(timeout_s)
 
-    def execute_write(self, sql: str, params: Sequence[Any] | None = None) -> None:
+    def execute_write(self, sql: str, params: Params = None) -> None:
         """Convenience: one parameterised statement as a write."""
-        self.write(lambda cur: cur.execute(sql, params or []))
+        self.write(lambda tx: tx.execute(sql, params))
 
     def _write_loop(self, cur: duckdb.DuckDBPyConnection) -> None:
         stopping = False
@@ -326,7 +425,8 @@ class Storage:
         started = time.perf_counter()
         try:
             cur.execute("BEGIN")
-            results = [job.op(cur) for job in batch]
+            tx = Transaction(cur)
+            results = [job.op(tx) for job in batch]
             cur.execute("COMMIT")
         except Exception as exc:
             # One bad op must not fail its neighbours: roll back, then apply one by one.
@@ -377,13 +477,15 @@ class Storage:
             return fetch(cur)
         except duckdb.InterruptException:
             raise QueryTimeoutError(f"query took longer than {limit:g} s and was stopped") from None
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
         finally:
             timer.cancel()
 
     def query_arrow(
         self,
         sql: str,
-        params: Sequence[Any] | dict[str, Any] | None = None,
+        params: Params = None,
         *,
         timeout_s: float | None = None,
     ) -> pa.Table:
@@ -398,7 +500,7 @@ class Storage:
     def query(
         self,
         sql: str,
-        params: Sequence[Any] | dict[str, Any] | None = None,
+        params: Params = None,
         *,
         timeout_s: float | None = None,
     ) -> pl.DataFrame:
@@ -407,7 +509,7 @@ class Storage:
     def fetchall(
         self,
         sql: str,
-        params: Sequence[Any] | dict[str, Any] | None = None,
+        params: Params = None,
         *,
         timeout_s: float | None = None,
     ) -> list[tuple[Any, ...]]:
@@ -416,7 +518,7 @@ class Storage:
     def scalar(
         self,
         sql: str,
-        params: Sequence[Any] | dict[str, Any] | None = None,
+        params: Params = None,
         *,
         timeout_s: float | None = None,
     ) -> Any:

@@ -26,12 +26,10 @@ from enum import StrEnum
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 
 if TYPE_CHECKING:
-    import duckdb
-
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage, Transaction
 
 MIN_PASSWORD_LENGTH = 10
 MAX_PASSWORD_LENGTH = 1024
@@ -262,33 +260,31 @@ def user_changes(storage: Storage, limit: int = 50) -> list[UserChange]:
 # --- writes ---------------------------------------------------------------------------------
 
 
-def _audit(
-    cur: duckdb.DuckDBPyConnection, by: str, action: str, name: str, detail: str | None = None
-) -> None:
-    cur.execute(
+def _audit(tx: Transaction, by: str, action: str, name: str, detail: str | None = None) -> None:
+    tx.execute(
         "insert into user_changes (changed_by, action, user_name, detail) values (?, ?, ?, ?)",
         [by, action, name, detail],
     )
 
 
-def _end_sessions(cur: duckdb.DuckDBPyConnection, name: str) -> None:
-    """Delete every server-side session of a user (models/sessions.py), in the transaction
+def _end_sessions(tx: Transaction, name: str) -> None:
+    """Delete every server-side session of a user (ledger/sessions.py), in the transaction
     of the change that ends them."""
-    cur.execute("delete from auth_sessions where user_name = ?", [name])
+    tx.execute("delete from auth_sessions where user_name = ?", [name])
 
 
-def _fetch(cur: duckdb.DuckDBPyConnection, name: str) -> User:
-    row = cur.execute(f"select {_COLUMNS} from users where name = ?", [name]).fetchone()
+def _fetch(tx: Transaction, name: str) -> User:
+    row = tx.execute(f"select {_COLUMNS} from users where name = ?", [name]).fetchone()
     if row is None:
         raise UnknownUserError(f"no user named {name!r}")
     return _user(row)
 
 
-def _keep_an_admin(cur: duckdb.DuckDBPyConnection, user: User, doing: str) -> None:
+def _keep_an_admin(tx: Transaction, user: User, doing: str) -> None:
     """Refuse to take away the last enabled admin."""
     if user.role is not Role.ADMIN or user.disabled:
         return
-    row = cur.execute(
+    row = tx.execute(
         "select count(*) from users where role = 'admin' and not disabled and name <> ?",
         [user.name],
     ).fetchone()
@@ -315,15 +311,15 @@ def add_user(
         check_password(password, name)
         password_hash = hash_password(password)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> User:
-        if cur.execute("select 1 from users where name = ?", [name]).fetchone():
+    def op(tx: Transaction) -> User:
+        if tx.execute("select 1 from users where name = ?", [name]).fetchone():
             raise UserError(f"user {name!r} already exists")
-        cur.execute(
+        tx.execute(
             "insert into users (name, role, password_hash) values (?, ?, ?)",
             [name, role.value, password_hash],
         )
-        _audit(cur, by, "add", name, role.value)
-        return _fetch(cur, name)
+        _audit(tx, by, "add", name, role.value)
+        return _fetch(tx, name)
 
     return storage.write(op)
 
@@ -333,18 +329,18 @@ def set_role(storage: Storage, name: str, role: Role | str, *, by: str) -> User:
     name = normalize_name(name)
     role = parse_role(role)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> User:
-        user = _fetch(cur, name)
+    def op(tx: Transaction) -> User:
+        user = _fetch(tx, name)
         if user.role is role:
             return user
         if role is not Role.ADMIN:
-            _keep_an_admin(cur, user, f"make {role.value} of")
-        cur.execute(
+            _keep_an_admin(tx, user, f"make {role.value} of")
+        tx.execute(
             "update users set role = ?, updated_at = current_timestamp where name = ?",
             [role.value, name],
         )
-        _audit(cur, by, "set_role", name, f"{user.role.value} -> {role.value}")
-        return _fetch(cur, name)
+        _audit(tx, by, "set_role", name, f"{user.role.value} -> {role.value}")
+        return _fetch(tx, name)
 
     return storage.write(op)
 
@@ -356,16 +352,16 @@ def set_password(storage: Storage, name: str, password: str, *, by: str) -> User
     check_password(password, name)
     password_hash = hash_password(password)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> User:
-        _fetch(cur, name)
-        cur.execute(
+    def op(tx: Transaction) -> User:
+        _fetch(tx, name)
+        tx.execute(
             "update users set password_hash = ?, session_epoch = session_epoch + 1, "
             "updated_at = current_timestamp where name = ?",
             [password_hash, name],
         )
-        _end_sessions(cur, name)
-        _audit(cur, by, "passwd", name)
-        return _fetch(cur, name)
+        _end_sessions(tx, name)
+        _audit(tx, by, "passwd", name)
+        return _fetch(tx, name)
 
     return storage.write(op)
 
@@ -374,20 +370,20 @@ def set_disabled(storage: Storage, name: str, disabled: bool, *, by: str) -> Use
     """Disable (ending every session) or enable a user."""
     name = normalize_name(name)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> User:
-        user = _fetch(cur, name)
+    def op(tx: Transaction) -> User:
+        user = _fetch(tx, name)
         if user.disabled == disabled:
             return user
         if disabled:
-            _keep_an_admin(cur, user, "disable")
-        cur.execute(
+            _keep_an_admin(tx, user, "disable")
+        tx.execute(
             "update users set disabled = ?, session_epoch = session_epoch + 1, "
             "updated_at = current_timestamp where name = ?",
             [disabled, name],
         )
-        _end_sessions(cur, name)
-        _audit(cur, by, "disable" if disabled else "enable", name)
-        return _fetch(cur, name)
+        _end_sessions(tx, name)
+        _audit(tx, by, "disable" if disabled else "enable", name)
+        return _fetch(tx, name)
 
     return storage.write(op)
 
@@ -396,14 +392,14 @@ def remove_user(storage: Storage, name: str, *, by: str) -> None:
     """Remove a user; its sessions end (the guard finds no user). The audit trail stays."""
     name = normalize_name(name)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> None:
-        user = _fetch(cur, name)
-        _keep_an_admin(cur, user, "remove")
-        cur.execute("delete from users where name = ?", [name])
+    def op(tx: Transaction) -> None:
+        user = _fetch(tx, name)
+        _keep_an_admin(tx, user, "remove")
+        tx.execute("delete from users where name = ?", [name])
         # A user added again later under this name starts at epoch 0 again: without this, a
         # cookie of the removed user (epoch 0) would open the new user's session.
-        _end_sessions(cur, name)
-        _audit(cur, by, "remove", name, user.role.value)
+        _end_sessions(tx, name)
+        _audit(tx, by, "remove", name, user.role.value)
 
     storage.write(op)
 
@@ -447,26 +443,26 @@ def oidc_user(storage: Storage, *, email: str, subject: str) -> User:
         raise UserError("the provider's ID token has no subject")
     name = normalize_name(email)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> User:
-        row = cur.execute("select name from users where oidc_subject = ?", [subject]).fetchone()
+    def op(tx: Transaction) -> User:
+        row = tx.execute("select name from users where oidc_subject = ?", [subject]).fetchone()
         if row:
-            return _fetch(cur, row[0])
-        existing = cur.execute("select oidc_subject from users where name = ?", [name]).fetchone()
+            return _fetch(tx, row[0])
+        existing = tx.execute("select oidc_subject from users where name = ?", [name]).fetchone()
         if existing is None:
-            cur.execute(
+            tx.execute(
                 "insert into users (name, role, oidc_subject) values (?, 'viewer', ?)",
                 [name, subject],
             )
-            _audit(cur, "oidc", "add", name, "viewer (first sign-in through the provider)")
+            _audit(tx, "oidc", "add", name, "viewer (first sign-in through the provider)")
         elif existing[0] is None:
-            cur.execute(
+            tx.execute(
                 "update users set oidc_subject = ?, updated_at = current_timestamp where name = ?",
                 [subject, name],
             )
-            _audit(cur, "oidc", "link_oidc", name)
+            _audit(tx, "oidc", "link_oidc", name)
         else:
             raise UserError(f"user {name!r} is linked to another identity at the provider")
-        return _fetch(cur, name)
+        return _fetch(tx, name)
 
     return storage.write(op)
 
@@ -482,12 +478,12 @@ def session_secret(storage: Storage) -> str:
         return str(rows[0][0])
     fresh = secrets.token_hex(32)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> str:
-        cur.execute(
+    def op(tx: Transaction) -> str:
+        tx.execute(
             "insert into auth_secrets (name, value) values (?, ?) on conflict do nothing",
             [SESSION_SECRET_NAME, fresh],
         )
-        row = cur.execute(
+        row = tx.execute(
             "select value from auth_secrets where name = ?", [SESSION_SECRET_NAME]
         ).fetchone()
         assert row is not None
@@ -504,15 +500,15 @@ def ensure_demo_admin(storage: Storage) -> str | None:
     password = secrets.token_urlsafe(12)
     password_hash = hash_password(password)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> bool:
-        row = cur.execute("select count(*) from users").fetchone()
+    def op(tx: Transaction) -> bool:
+        row = tx.execute("select count(*) from users").fetchone()
         if row and row[0]:
             return False
-        cur.execute(
+        tx.execute(
             "insert into users (name, role, password_hash) values (?, 'admin', ?)",
             [DEMO_ADMIN, password_hash],
         )
-        _audit(cur, "demo", "add", DEMO_ADMIN, "admin (demo admin)")
+        _audit(tx, "demo", "add", DEMO_ADMIN, "admin (demo admin)")
         return True
 
     return password if storage.write(op) else None

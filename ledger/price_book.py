@@ -28,11 +28,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import yaml
 
-from inferledger.errors import BadInputError
-from inferledger.storage import Storage
+from inferledger.core.errors import BadInputError
+from inferledger.core.storage import Storage, Transaction
 from models.gpu_catalog import get_gpu
 
 BUNDLED_PRICE_FILE = "models/data/prices.yaml"
@@ -510,16 +509,16 @@ def _check_who(changed_by: str, source: PriceSource | str) -> PriceSource:
         ) from None
 
 
-def _find_version(cur: duckdb.DuckDBPyConnection, price: Price) -> tuple[Any, ...] | None:
-    return cur.execute(
+def _find_version(tx: Transaction, price: Price) -> tuple[Any, ...] | None:
+    return tx.execute(
         "SELECT price_id, price, currency, stage, note FROM price_book"
         " WHERE kind = ? AND subject = ? AND deployment = ? AND unit = ? AND effective_from = ?",
         list(price.version_key),
     ).fetchone()
 
 
-def _stored_row(cur: duckdb.DuckDBPyConnection, price_id: int) -> tuple[Any, ...]:
-    row = cur.execute(
+def _stored_row(tx: Transaction, price_id: int) -> tuple[Any, ...]:
+    row = tx.execute(
         "SELECT price_id, kind, subject, deployment, unit, price, currency, stage,"
         " effective_from, note FROM price_book WHERE price_id = ?",
         [price_id],
@@ -529,9 +528,9 @@ def _stored_row(cur: duckdb.DuckDBPyConnection, price_id: int) -> tuple[Any, ...
     return row
 
 
-def _check_currency(cur: duckdb.DuckDBPyConnection, prices: Sequence[Price]) -> None:
+def _check_currency(tx: Transaction, prices: Sequence[Price]) -> None:
     """The ledger sums money across the whole book, so it holds one currency."""
-    existing = cur.execute("SELECT DISTINCT currency FROM price_book").fetchall()
+    existing = tx.execute("SELECT DISTINCT currency FROM price_book").fetchall()
     book = existing[0][0] if existing else prices[0].currency
     for price in prices:
         if price.currency != book:
@@ -541,11 +540,9 @@ def _check_currency(cur: duckdb.DuckDBPyConnection, prices: Sequence[Price]) -> 
             )
 
 
-def _insert(
-    cur: duckdb.DuckDBPyConnection, price: Price, changed_by: str, source: PriceSource
-) -> int:
+def _insert(tx: Transaction, price: Price, changed_by: str, source: PriceSource) -> int:
     stage = price.stage.value if price.stage else None
-    row = cur.execute(
+    row = tx.execute(
         "INSERT INTO price_book (kind, subject, deployment, unit, effective_from, price, currency,"
         " stage, note, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING price_id",
         [*price.version_key, price.price, price.currency, stage, price.note, source.value],
@@ -554,13 +551,13 @@ def _insert(
     price_id = int(row[0])
     new = (price.price, price.effective_from)
     _audit(
-        cur, ChangeAction.INSERT, changed_by, price_id, price.version_key[:4], None, new, price.note
+        tx, ChangeAction.INSERT, changed_by, price_id, price.version_key[:4], None, new, price.note
     )
     return price_id
 
 
 def _audit(
-    cur: duckdb.DuckDBPyConnection,
+    tx: Transaction,
     action: ChangeAction,
     changed_by: str,
     price_id: int,
@@ -574,7 +571,7 @@ def _audit(
     new_price, new_from = new or (None, None)
     earliest = min(t for t in (old_from, new_from) if t is not None)
     values = (old_price, new_price, earliest, note, old_from, new_from)
-    cur.execute(
+    tx.execute(
         "INSERT INTO price_book_changes (changed_by, action, price_id, kind, subject, deployment,"
         " unit, old_price, new_price, effective_from, note, old_effective_from,"
         " new_effective_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -583,7 +580,7 @@ def _audit(
 
 
 def _update(
-    cur: duckdb.DuckDBPyConnection,
+    tx: Transaction,
     price_id: int,
     changed_by: str,
     *,
@@ -593,7 +590,7 @@ def _update(
     stage: ServiceStage | None = None,
 ) -> bool:
     """Change one stored version (None: keep); False, and no audit row, when nothing changes."""
-    row = _stored_row(cur, price_id)
+    row = _stored_row(tx, price_id)
     _, kind, subject, deployment, unit, old_price, _, old_stage, old_from, old_note = row
     old_from = old_from.astimezone(UTC)
     new_price = old_price if price is None else price
@@ -604,7 +601,7 @@ def _update(
         return False
     key = (kind, subject, deployment, unit)
     if new_from != old_from:
-        clash = cur.execute(
+        clash = tx.execute(
             "SELECT price_id FROM price_book WHERE kind = ? AND subject = ? AND deployment = ?"
             " AND unit = ? AND effective_from = ?",
             [*key, new_from],
@@ -614,13 +611,13 @@ def _update(
                 f"price_id {price_id} cannot move to {format_time(new_from)}: price_id "
                 f"{clash[0]} is already the {_describe(*key, new_from)}"
             )
-    cur.execute(
+    tx.execute(
         "UPDATE price_book SET price = ?, effective_from = ?, note = ?, stage = ?"
         " WHERE price_id = ?",
         [new_price, new_from, new_note, new_stage, price_id],
     )
     old, new = (old_price, old_from), (new_price, new_from)
-    _audit(cur, ChangeAction.UPDATE, changed_by, price_id, key, old, new, new_note)
+    _audit(tx, ChangeAction.UPDATE, changed_by, price_id, key, old, new, new_note)
     return True
 
 
@@ -641,25 +638,25 @@ def load_prices(
     if not batch:
         return LoadSummary(0, 0, 0)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> LoadSummary:
-        return _load(cur, batch, changed_by, src, replace)
+    def op(tx: Transaction) -> LoadSummary:
+        return _load(tx, batch, changed_by, src, replace)
 
     return storage.write(op)
 
 
 def _load(
-    cur: duckdb.DuckDBPyConnection,
+    tx: Transaction,
     batch: Sequence[Price],
     changed_by: str,
     source: PriceSource,
     replace: bool,
 ) -> LoadSummary:
-    _check_currency(cur, batch)
+    _check_currency(tx, batch)
     inserted = updated = unchanged = 0
     for price in batch:
-        found = _find_version(cur, price)
+        found = _find_version(tx, price)
         if found is None:
-            _insert(cur, price, changed_by, source)
+            _insert(tx, price, changed_by, source)
             inserted += 1
             continue
         price_id, old_price, old_currency, old_stage, old_note = found
@@ -675,9 +672,7 @@ def _load(
                 f"{price.origin or 'price'}: the price book already has {price.describe()} at "
                 f"{was} (price_id {price_id}), not {now}; replace it explicitly (--replace)"
             )
-        if _update(
-            cur, price_id, changed_by, price=price.price, note=price.note, stage=price.stage
-        ):
+        if _update(tx, price_id, changed_by, price=price.price, note=price.note, stage=price.stage):
             updated += 1
         else:
             unchanged += 1
@@ -692,11 +687,11 @@ def seed_if_empty(storage: Storage, path: str | Path | None = None) -> int:
     seeded again at the next start."""
     prices = load_price_file(bundled_price_file() if path is None else path)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> int:
-        row = cur.execute("SELECT count(*) FROM price_book_changes").fetchone()
+    def op(tx: Transaction) -> int:
+        row = tx.execute("SELECT count(*) FROM price_book_changes").fetchone()
         if row is not None and row[0]:
             return 0
-        return _load(cur, prices, "seed", PriceSource.SEED, replace=False).inserted
+        return _load(tx, prices, "seed", PriceSource.SEED, replace=False).inserted
 
     return storage.write(op)
 
@@ -732,13 +727,13 @@ def set_price(
     new = parse_price(fields, f"{kind} {subject}")
     src = _check_who(changed_by, source)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> int:
-        _check_currency(cur, [new])
-        found = _find_version(cur, new)
+    def op(tx: Transaction) -> int:
+        _check_currency(tx, [new])
+        found = _find_version(tx, new)
         if found is None:
-            return _insert(cur, new, changed_by, src)
+            return _insert(tx, new, changed_by, src)
         price_id = int(found[0])
-        _update(cur, price_id, changed_by, price=new.price, note=new.note, stage=new.stage)
+        _update(tx, price_id, changed_by, price=new.price, note=new.note, stage=new.stage)
         return price_id
 
     return storage.write(op)
@@ -764,8 +759,8 @@ def update_price(
     except ValueError as exc:
         raise PriceBookError(f"price_id {price_id}: {exc}") from None
 
-    def op(cur: duckdb.DuckDBPyConnection) -> None:
-        _update(cur, price_id, changed_by, price=amount, effective_from=new_from, note=note)
+    def op(tx: Transaction) -> None:
+        _update(tx, price_id, changed_by, price=amount, effective_from=new_from, note=note)
 
     storage.write(op)
     return get_price(storage, price_id)
@@ -777,13 +772,13 @@ def delete_price(storage: Storage, price_id: int, *, changed_by: str) -> PriceVe
     _check_changed_by(changed_by)
     before = get_price(storage, price_id)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> None:
-        row = _stored_row(cur, price_id)
+    def op(tx: Transaction) -> None:
+        row = _stored_row(tx, price_id)
         _, kind, subject, deployment, unit, old_price, _, _, old_from, old_note = row
-        cur.execute("DELETE FROM price_book WHERE price_id = ?", [price_id])
+        tx.execute("DELETE FROM price_book WHERE price_id = ?", [price_id])
         key = (kind, subject, deployment, unit)
         old = (old_price, old_from.astimezone(UTC))
-        _audit(cur, ChangeAction.DELETE, changed_by, price_id, key, old, None, old_note)
+        _audit(tx, ChangeAction.DELETE, changed_by, price_id, key, old, None, old_note)
 
     storage.write(op)
     return before

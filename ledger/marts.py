@@ -35,27 +35,25 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import duckdb
-
-from inferledger.errors import InferLedgerError, one_line
-from models.allocation import DEFAULT_MAX_SCRAPE_GAP_NS, HOUR_NS, allocate_window
-from models.deployments import learn_replicas
-from models.efficiency import dirty_cache_hours, refresh_cache_hours, refresh_latency_hours
-from models.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
+from inferledger.core.errors import InferLedgerError, QueryError, one_line
+from ledger.allocation import DEFAULT_MAX_SCRAPE_GAP_NS, HOUR_NS, allocate_window
+from ledger.deployments import learn_replicas
+from ledger.efficiency import dirty_cache_hours, refresh_cache_hours, refresh_latency_hours
+from ledger.unit_economics import refresh_tasks_for_outcomes, refresh_tasks_window
 
 if TYPE_CHECKING:
-    from inferledger.service_metrics import ServiceMetrics
-    from inferledger.storage import Storage
+    from inferledger.core.service_metrics import ServiceMetrics
+    from inferledger.core.storage import Storage, Transaction
 
 log = logging.getLogger(__name__)
 
 #: Hooks run after allocate_window for the same window, in the same transaction:
-#: fn(cur, h0_ns, h1_ns). Efficiency and task marts register here (see _window_hooks()).
-WindowHook = Callable[["duckdb.DuckDBPyConnection", int, int], Any]
+#: fn(tx, h0_ns, h1_ns). Efficiency and task marts register here (see _window_hooks()).
+WindowHook = Callable[["Transaction", int, int], Any]
 
 #: What a window's own data can make the marts' SQL and maths raise (an overflow, a value out
 #: of range). Anything else, StorageError included, fails the whole run as before.
-_WINDOW_ERRORS = (duckdb.Error, ArithmeticError, ValueError)
+_WINDOW_ERRORS = (QueryError, ArithmeticError, ValueError)
 _FAILED_PREFIX = "failed_hour:"
 #: The last hour whose end fits in int64 nanoseconds. The next one (2262-04-11T23:00Z) cannot be
 #: computed at all, with or without data: its spans are reported, never retried.
@@ -114,13 +112,13 @@ class _Plan:
     outcomes_since: datetime | None
 
 
-def _state(cur: duckdb.DuckDBPyConnection) -> dict[str, tuple[Any, Any]]:
-    rows = cur.execute("select name, value_ts, value_int from mart_refresh_state").fetchall()
+def _state(tx: Transaction) -> dict[str, tuple[Any, Any]]:
+    rows = tx.execute("select name, value_ts, value_int from mart_refresh_state").fetchall()
     return {name: (ts, num) for name, ts, num in rows}
 
 
-def _deployments_fingerprint(cur: duckdb.DuckDBPyConnection) -> int:
-    (value,) = cur.execute(
+def _deployments_fingerprint(tx: Transaction) -> int:
+    (value,) = tx.execute(
         """
         select coalesce(hash(string_agg(
             concat_ws('|', replica, deployment, gpu_type, gpus, idle_policy, model),
@@ -131,8 +129,8 @@ def _deployments_fingerprint(cur: duckdb.DuckDBPyConnection) -> int:
     return int(value) & 0x7FFF_FFFF_FFFF_FFFF
 
 
-def _hours_with_data(cur: duckdb.DuckDBPyConnection, from_ns: int) -> set[int]:
-    rows = cur.execute(
+def _hours_with_data(tx: Transaction, from_ns: int) -> set[int]:
+    rows = tx.execute(
         """
         select distinct epoch_ns(hour) from mart_spend_hourly where epoch_ns(hour) >= $f
         union
@@ -143,7 +141,7 @@ def _hours_with_data(cur: duckdb.DuckDBPyConnection, from_ns: int) -> set[int]:
     return {int(h) for (h,) in rows}
 
 
-def _received_mark(cur: duckdb.DuckDBPyConnection, table: str) -> datetime | None:
+def _received_mark(tx: Transaction, table: str) -> datetime | None:
     """The watermark to save for `table`: the newest received_at of an earlier transaction.
 
     Rows are stamped with their transaction's start time, and the writer may commit more
@@ -151,23 +149,23 @@ def _received_mark(cur: duckdb.DuckDBPyConnection, table: str) -> datetime | Non
     carrying this transaction's stamp are left above the mark: processed now if visible, and
     once more next run. Every row is processed at least once, and at most twice.
     """
-    (mark,) = cur.execute(
+    (mark,) = tx.execute(
         f"select max(received_at) from {table} where received_at < current_timestamp"
     ).fetchone() or (None,)
     return mark
 
 
-def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int) -> _Plan:
-    state = _state(cur)
+def _plan(tx: Transaction, *, full: bool, max_scrape_gap_ns: int) -> _Plan:
+    state = _state(tx)
     hours: set[int] = set()
     cache_hours: set[int] = set()
     reasons: list[str] = []
     marks: dict[str, Any] = {}
 
     spans_mark = None if full else state.get("spans_received", (None, None))[0]
-    new_spans_mark = _received_mark(cur, "spans")
+    new_spans_mark = _received_mark(tx, "spans")
     if new_spans_mark is not None:
-        rows = cur.execute(
+        rows = tx.execute(
             """
             select distinct h from (
                 select start_ns // $H as h from spans
@@ -185,11 +183,11 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int)
         marks["spans_received"] = (new_spans_mark, None)
 
     scrapes_mark = None if full else state.get("scrapes_received", (None, None))[0]
-    new_scrapes_mark = _received_mark(cur, "scrapes")
+    new_scrapes_mark = _received_mark(tx, "scrapes")
     if new_scrapes_mark is not None:
         # Allocation: a vLLM scrape changes the up time of its own hour and, at most the gap
         # later, the next; and its predecessor's coverage when it ends a long silence.
-        rows = cur.execute(
+        rows = tx.execute(
             """
             with fresh as (
                 select target, ts from scrapes
@@ -216,14 +214,14 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int)
         hours.update(int(h) * HOUR_NS for (h,) in rows)
         # Cache, KV and GPU marts: efficiency.dirty_cache_hours knows what a scrape changes
         # there (counter increases end in the hour *before* a scrape exactly on the hour).
-        touched = {epoch_ns(h) for h in dirty_cache_hours(cur, scrapes_mark)}
+        touched = {epoch_ns(h) for h in dirty_cache_hours(tx, scrapes_mark)}
         if touched or rows:
             reasons.append(f"scrapes ({len(rows)} h)")
         cache_hours.update(touched)
         marks["scrapes_received"] = (new_scrapes_mark, None)
 
     last_change = state.get("price_change", (None, 0))[1] or 0
-    row = cur.execute(
+    row = tx.execute(
         """
         select max(change_id), min(epoch_ns(effective_from))
         from price_book_changes where change_id > $c
@@ -234,23 +232,23 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int)
         marks["price_change"] = (None, int(row[0]))
         if last_change and not full:
             from_ns = int(row[1]) // HOUR_NS * HOUR_NS
-            repriced = _hours_with_data(cur, from_ns)
+            repriced = _hours_with_data(tx, from_ns)
             hours.update(repriced)
             reasons.append(f"prices ({len(repriced)} h)")
 
-    fingerprint = _deployments_fingerprint(cur)
+    fingerprint = _deployments_fingerprint(tx)
     old_fp = state.get("deployments", (None, None))[1]
     if old_fp != fingerprint:
         marks["deployments"] = (None, fingerprint)
         if old_fp is not None and not full:
-            every = _hours_with_data(cur, 0)
+            every = _hours_with_data(tx, 0)
             hours.update(every)
             reasons.append(f"deployments ({len(every)} h)")
 
     outcomes_since = None if full else state.get("outcomes_received", (None, None))[0]
-    new_outcomes_mark = _received_mark(cur, "outcomes")
+    new_outcomes_mark = _received_mark(tx, "outcomes")
     if new_outcomes_mark is not None:
-        rows = cur.execute(
+        rows = tx.execute(
             """
             with changed as (
                 select task_id, trace_id from outcomes
@@ -273,7 +271,7 @@ def _plan(cur: duckdb.DuckDBPyConnection, *, full: bool, max_scrape_gap_ns: int)
             reasons.append(f"outcomes ({len(rows)} h)")
         marks["outcomes_received"] = (new_outcomes_mark, None)
 
-    retry = cur.execute(
+    retry = tx.execute(
         "select value_int from mart_refresh_state where starts_with(name, $p)",
         {"p": _FAILED_PREFIX},
     ).fetchall()
@@ -303,12 +301,12 @@ def windows(hours: Sequence[int], max_hours: int) -> list[tuple[int, int]]:
     return out
 
 
-def _save_failed(cur: duckdb.DuckDBPyConnection, failed: Sequence[FailedHour]) -> None:
+def _save_failed(tx: Transaction, failed: Sequence[FailedHour]) -> None:
     """Record this run's failed hours in place of the last run's: every hour recorded then was
     in this run's plan, so it either succeeded now or is recorded again."""
-    cur.execute("delete from mart_refresh_state where starts_with(name, $p)", {"p": _FAILED_PREFIX})
+    tx.execute("delete from mart_refresh_state where starts_with(name, $p)", {"p": _FAILED_PREFIX})
     for item in failed:
-        cur.execute(
+        tx.execute(
             """
             insert or replace into mart_refresh_state (name, value_ts, value_int, updated_at)
             values ($n, null, $h, current_timestamp)
@@ -317,9 +315,9 @@ def _save_failed(cur: duckdb.DuckDBPyConnection, failed: Sequence[FailedHour]) -
         )
 
 
-def _save_marks(cur: duckdb.DuckDBPyConnection, marks: dict[str, Any]) -> None:
+def _save_marks(tx: Transaction, marks: dict[str, Any]) -> None:
     for name, (ts, num) in marks.items():
-        cur.execute(
+        tx.execute(
             """
             insert or replace into mart_refresh_state (name, value_ts, value_int, updated_at)
             values ($n, $ts, $num, current_timestamp)
@@ -339,10 +337,10 @@ def _hours_of(h0_ns: int, h1_ns: int) -> list[datetime]:
 def efficiency_hook(max_gap_s: float) -> WindowHook:
     """Cache, KV and GPU marts (from scrapes) and latency marts (from mart_requests)."""
 
-    def hook(cur: duckdb.DuckDBPyConnection, h0_ns: int, h1_ns: int) -> None:
+    def hook(tx: Transaction, h0_ns: int, h1_ns: int) -> None:
         hours = _hours_of(h0_ns, h1_ns)
-        refresh_cache_hours(cur, hours, max_gap_s=max_gap_s)
-        refresh_latency_hours(cur, hours)
+        refresh_cache_hours(tx, hours, max_gap_s=max_gap_s)
+        refresh_latency_hours(tx, hours)
 
     return hook
 
@@ -411,7 +409,7 @@ class Refresher:
         started_at = datetime.now().astimezone()
         learn_replicas(self.storage, since=None if full else self._new_scrapes_since())
         plan = self.storage.write(
-            lambda cur: _plan(cur, full=full, max_scrape_gap_ns=self.max_scrape_gap_ns)
+            lambda tx: _plan(tx, full=full, max_scrape_gap_ns=self.max_scrape_gap_ns)
         )
         total_requests = 0
         failed = [FailedHour(h, _BEYOND_INT64) for h in plan.hours if h > _LAST_HOUR_NS]
@@ -442,14 +440,14 @@ class Refresher:
                 datetime.fromtimestamp(h // 1_000_000_000, UTC) for h in plan.cache_hours
             ]
             gap_s = self.max_scrape_gap_ns / 1e9
-            self.storage.write(lambda cur: refresh_cache_hours(cur, cache_hours, max_gap_s=gap_s))
+            self.storage.write(lambda tx: refresh_cache_hours(tx, cache_hours, max_gap_s=gap_s))
 
-        def finish(cur: duckdb.DuckDBPyConnection) -> None:
+        def finish(tx: Transaction) -> None:
             if plan.marks.get("outcomes_received") is not None:
-                refresh_tasks_for_outcomes(cur, plan.outcomes_since)
-            _save_marks(cur, plan.marks)
-            _save_failed(cur, [item for item in failed if item.retried])
-            cur.execute(
+                refresh_tasks_for_outcomes(tx, plan.outcomes_since)
+            _save_marks(tx, plan.marks)
+            _save_failed(tx, [item for item in failed if item.retried])
+            tx.execute(
                 "insert into mart_refresh_log values ($s, $sec, $h, $r, $t)",
                 {
                     "s": started_at,
@@ -487,10 +485,10 @@ class Refresher:
     def _refresh_window(self, h0: int, h1: int) -> int:
         """Recompute the marts of hours [h0, h1) in one transaction; the requests allocated."""
 
-        def op(cur: duckdb.DuckDBPyConnection) -> int:
-            result = allocate_window(cur, h0, h1, max_scrape_gap_ns=self.max_scrape_gap_ns)
+        def op(tx: Transaction) -> int:
+            result = allocate_window(tx, h0, h1, max_scrape_gap_ns=self.max_scrape_gap_ns)
             for hook in self.hooks:
-                hook(cur, h0, h1)
+                hook(tx, h0, h1)
             return result.requests
 
         return self.storage.write(op)

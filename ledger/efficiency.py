@@ -29,12 +29,10 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import duckdb
-
-from inferledger.errors import BadInputError
-from inferledger.storage import Storage
-from inferledger.yaml_files import parse_yaml
-from models.sql_steps import load_steps, run_step
+from inferledger.core.errors import BadInputError
+from inferledger.core.storage import Storage, Transaction
+from inferledger.core.yaml_files import parse_yaml
+from ledger.sql_steps import load_steps, run_step
 
 #: KV-cache usage (0..1) at or above which a waiting request counts as KV-bound.
 KV_HIGH_USAGE = 0.9
@@ -65,7 +63,7 @@ class SloTargetsError(BadInputError):
 
 # ---------------------------------------------------------------------------- refreshes
 def refresh_cache_hours(
-    cur: duckdb.DuckDBPyConnection,
+    tx: Transaction,
     hours: Iterable[datetime],
     *,
     max_gap_s: float = MAX_SAMPLE_GAP_S,
@@ -73,22 +71,22 @@ def refresh_cache_hours(
 ) -> int:
     """Recompute mart_cache_hourly and mart_gpu_hourly for ``hours`` (timezone-aware; any time
     inside an hour names that hour) from scrapes; returns the rows written to both. Run it
-    inside a write op: ``storage.write(lambda cur: refresh_cache_hours(cur, hours))``."""
+    inside a write op: ``storage.write(lambda tx: refresh_cache_hours(tx, hours))``."""
     params = {"max_gap_s": float(max_gap_s), "counter_max_gap_s": COUNTER_MAX_GAP_S}
     params["kv_high"] = float(kv_high)
     written = 0
     for h0, h1 in hour_runs(hours):
-        results = _run_steps(cur, "efficiency_cache.sql", {**params, "h0": h0, "h1": h1})
+        results = _run_steps(tx, "efficiency_cache.sql", {**params, "h0": h0, "h1": h1})
         written += _inserted(results["e_insert_cache"]) + _inserted(results["e_insert_gpu"])
     return written
 
 
-def refresh_latency_hours(cur: duckdb.DuckDBPyConnection, hours: Iterable[datetime]) -> int:
+def refresh_latency_hours(tx: Transaction, hours: Iterable[datetime]) -> int:
     """Recompute mart_latency_hourly, mart_latency_buckets and mart_cache_by_app for ``hours``
     from mart_requests and mart_service_calls (fill those first); returns the rows written."""
     written = 0
     for h0, h1 in hour_runs(hours):
-        results = _run_steps(cur, "efficiency_requests.sql", {"h0": h0, "h1": h1})
+        results = _run_steps(tx, "efficiency_requests.sql", {"h0": h0, "h1": h1})
         written += sum(
             _inserted(results[step])
             for step in ("e_insert_latency", "e_insert_buckets", "e_insert_cache_by_app")
@@ -96,9 +94,7 @@ def refresh_latency_hours(cur: duckdb.DuckDBPyConnection, hours: Iterable[dateti
     return written
 
 
-def dirty_cache_hours(
-    cur: duckdb.DuckDBPyConnection, since_received_at: datetime | None
-) -> list[datetime]:
+def dirty_cache_hours(tx: Transaction, since_received_at: datetime | None) -> list[datetime]:
     """The hours whose metric-side marts change because of the vllm and dcgm scrapes received
     after ``since_received_at`` (None: every scrape), sorted.
 
@@ -145,7 +141,7 @@ def dirty_cache_hours(
         order by hour
     """
     params = {"since": since_received_at, "gap_us": int(MAX_SAMPLE_GAP_S * 1e6)}
-    return [row[0] for row in cur.execute(sql, params).fetchall()]
+    return [row[0] for row in tx.execute(sql, params).fetchall()]
 
 
 def hour_runs(hours: Iterable[datetime]) -> list[tuple[datetime, datetime]]:
@@ -167,10 +163,10 @@ def hour_runs(hours: Iterable[datetime]) -> list[tuple[datetime, datetime]]:
 
 
 def _run_steps(
-    cur: duckdb.DuckDBPyConnection, file_name: str, params: dict[str, Any]
+    tx: Transaction, file_name: str, params: dict[str, Any]
 ) -> dict[str, list[tuple[Any, ...]]]:
     """Run every step of sql/marts/<file_name> with the parameters it names; each step's rows."""
-    return {step.name: run_step(cur, step, params).fetchall() for step in load_steps(file_name)}
+    return {step.name: run_step(tx, step, params).fetchall() for step in load_steps(file_name)}
 
 
 def _inserted(rows: Sequence[tuple[Any, ...]]) -> int:
@@ -323,11 +319,11 @@ def seed_slo_targets_if_empty(storage: Storage, path: str | Path | None = None) 
     is validated before anything is written, and all rows go in one transaction."""
     targets = load_slo_targets(bundled_slo_targets_file() if path is None else path)
 
-    def op(cur: duckdb.DuckDBPyConnection) -> int:
-        row = cur.execute("SELECT count(*) FROM slo_targets").fetchone()
+    def op(tx: Transaction) -> int:
+        row = tx.execute("SELECT count(*) FROM slo_targets").fetchone()
         if row is not None and row[0]:
             return 0
-        cur.executemany(
+        tx.executemany(
             "INSERT INTO slo_targets (objective, route, app, environment, stage, percentile, "
             "target_s, effective_from, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [

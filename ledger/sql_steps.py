@@ -17,7 +17,7 @@ from importlib import resources
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import duckdb
+    from inferledger.core.storage import Transaction
 
 _STEP_RE = re.compile(r"^-- step: (\w+)\s*$", re.MULTILINE)
 _PARAM_RE = re.compile(r"\$([a-z_]\w*)")
@@ -53,15 +53,13 @@ def steps_by_name(file: str) -> dict[str, Step]:
     return {step.name: step for step in load_steps(file)}
 
 
-def run_step(
-    cur: duckdb.DuckDBPyConnection, step: Step, params: Mapping[str, Any]
-) -> duckdb.DuckDBPyConnection:
-    """Execute one step with the parameters it names (taken from ``params``); the cursor, to
-    fetch what the statement returned."""
-    return cur.execute(step.sql, {name: params[name] for name in step.params})
+def run_step(tx: Transaction, step: Step, params: Mapping[str, Any]) -> Transaction:
+    """Execute one step with the parameters it names (taken from ``params``); returns the
+    transaction, to fetch what the statement returned."""
+    return tx.execute(step.sql, {name: params[name] for name in step.params})
 
 
-def run_steps(cur: duckdb.DuckDBPyConnection, file: str, params: Mapping[str, Any]) -> None:
+def run_steps(tx: Transaction, file: str, params: Mapping[str, Any]) -> None:
     """Run every step of sql/marts/<file>, in order."""
     for step in load_steps(file):
-        run_step(cur, step, params)
+        run_step(tx, step, params)

@@ -12,13 +12,13 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
-from inferledger.errors import BadInputError
+from inferledger.core.errors import BadInputError
 from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage
 
 DIMENSIONS = ("team", "app", "route", "model", "workflow", "deployment", "stage", "environment")
 BUCKETS = ("hour", "day")

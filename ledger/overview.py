@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ledger.queries import Filters, QueryError, run
 from models import idle_policy
-from models.ledger_queries import Filters, QueryError, run
 
 if TYPE_CHECKING:
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage
 
 #: Dimensions the movers table and the spend chart offer.
 MOVER_DIMENSIONS = ("team", "app", "route", "model")

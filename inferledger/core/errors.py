@@ -26,6 +26,15 @@ class StorageError(InferLedgerError):
     """The database cannot be opened, migrated, read or written."""
 
 
+class QueryError(StorageError):
+    """A statement failed in the engine (bad SQL, a type or conversion error); the engine's
+    message is kept."""
+
+
+class ConstraintError(QueryError):
+    """A statement broke a key, uniqueness, NOT NULL or CHECK constraint."""
+
+
 class SchemaTooNewError(StorageError):
     """The database file was written by a newer InferLedger."""
 

@@ -13,12 +13,10 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from models.sql_steps import load_steps, run_step, run_steps
+from ledger.sql_steps import load_steps, run_step, run_steps
 
 if TYPE_CHECKING:
-    import duckdb
-
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage, Transaction
 
 HOUR_NS = 3_600_000_000_000
 #: How far before a window the refresher looks for requests and tasks that began earlier and
@@ -39,7 +37,7 @@ class WindowResult:
     requests: int
 
 
-def drop_window_tables(cur: duckdb.DuckDBPyConnection) -> None:
+def drop_window_tables(tx: Transaction) -> None:
     """Free the window's temp tables (they live as long as the writer's connection)."""
     names = [
         step.name
@@ -48,11 +46,11 @@ def drop_window_tables(cur: duckdb.DuckDBPyConnection) -> None:
         if step.name.startswith("w_")
     ]
     for name in names:
-        cur.execute(f"drop table if exists temp.{name}")
+        tx.execute(f"drop table if exists temp.{name}")
 
 
 def allocate_window(
-    cur: duckdb.DuckDBPyConnection,
+    tx: Transaction,
     h0_ns: int,
     h1_ns: int,
     *,
@@ -72,10 +70,10 @@ def allocate_window(
         "lookback_ns": LOOKBACK_NS,
         "gap_ns": max_scrape_gap_ns,
     }
-    run_steps(cur, "allocation.sql", params)
-    run_steps(cur, "spend.sql", params)
-    (requests,) = cur.execute("select count(*) from w_req").fetchone() or (0,)
-    drop_window_tables(cur)
+    run_steps(tx, "allocation.sql", params)
+    run_steps(tx, "spend.sql", params)
+    (requests,) = tx.execute("select count(*) from w_req").fetchone() or (0,)
+    drop_window_tables(tx)
     return WindowResult(hours=(h1_ns - h0_ns) // HOUR_NS, requests=int(requests))
 
 
@@ -96,11 +94,11 @@ def estimate_gpu_seconds(storage: Storage, from_ns: int, to_ns: int) -> pa.Table
     }
     wanted = ("w_hours", "w_spans", "w_req", "w_intervals", "w_gpu_price", "w_rate", "w_sweep")
 
-    def op(cur: duckdb.DuckDBPyConnection) -> pa.Table:
+    def op(tx: Transaction) -> pa.Table:
         for step in load_steps("allocation.sql"):
             if step.name in wanted or step.name == "w_pieces":
-                run_step(cur, step, params)
-        table = cur.sql(
+                run_step(tx, step, params)
+        table = tx.arrow(
             """
             select r.trace_id, r.engine_span_id as span_id, r.replica,
                 coalesce(sum(p.gpu_s) filter (where p.stage = 'prefill'), 0) as prefill_gpu_s,
@@ -111,8 +109,8 @@ def estimate_gpu_seconds(storage: Storage, from_ns: int, to_ns: int) -> pa.Table
             group by r.trace_id, r.engine_span_id, r.replica
             order by r.trace_id, r.engine_span_id
             """
-        ).to_arrow_table()
-        drop_window_tables(cur)
+        )
+        drop_window_tables(tx)
         return table
 
     return storage.write(op)

@@ -1,4 +1,5 @@
-"""`inferledger simulate --serve`: the serving simulator as a stand-in vLLM server.
+"""`inferledger simulate --serve`: the serving simulator as a stand-in vLLM server (`__main__`
+runs it as `python -m inferledger.sim_server`).
 
 One process serves an OpenAI-compatible API (completions and chat, streaming or not) in front of
 a LiveCluster (models/serving/live.py), plus what a vLLM deployment exposes for observability:
@@ -30,7 +31,6 @@ import os
 import re
 import signal
 import socket
-import sys
 import threading
 import time
 import uuid
@@ -38,8 +38,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from inferledger.errors import InferLedgerError, SettingsError
-from inferledger.http_server import WaitressRunner, wait_until
+from inferledger.core.errors import SettingsError
+from inferledger.core.http_server import WaitressRunner, wait_until
 from inferledger.sim_engine import (
     LAG_BUCKETS_S,
     PendingRequest,
@@ -714,29 +714,3 @@ def serve_simulation(options: SimServeOptions) -> int:
     server = SimServer(options)
     server.bind()
     return server.serve_forever()
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m inferledger.sim_server [simulate flags] [serve flags]`: the same as
-    `inferledger simulate --serve ...`, without going through the CLI's command list."""
-    from inferledger import simulate
-
-    parser = argparse.ArgumentParser(prog="python -m inferledger.sim_server")
-    command = simulate.add_parser(parser.add_subparsers(dest="command"))
-    if "--serve" not in command._option_string_actions:  # not wired into `simulate` yet
-        add_serve_arguments(command)
-    args = parser.parse_args(["simulate", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return serve_simulation(
-            serve_options_from_scenario(args, simulate.scenario_from_args(args))
-        )
-    except SettingsError as exc:
-        print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    except InferLedgerError as exc:
-        print(f"inferledger: {exc}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -7,7 +7,7 @@ cookie taken before stops working at once (issue #17: a signed cookie alone stay
 its whole lifetime). The table keeps the SHA-256 of the id, never the id itself.
 
 A password change, disable or removal deletes the user's rows in the same transaction
-(models/users.py); the epoch check catches any row written before that.
+(ledger/users.py); the epoch check catches any row written before that.
 """
 
 from __future__ import annotations
@@ -20,13 +20,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-# The same row shape as models/users.py reads, so a session's user is the same User.
-from models.users import _COLUMNS, User, _user, get_user
+# The same row shape as ledger/users.py reads, so a session's user is the same User.
+from ledger.users import _COLUMNS, User, _user, get_user
 
 if TYPE_CHECKING:
-    import duckdb
-
-    from inferledger.storage import Storage
+    from inferledger.core.storage import Storage, Transaction
 
 #: Random bytes in a session id (256 bits: never guessed, never collides).
 SESSION_ID_BYTES = 32
@@ -77,16 +75,16 @@ class SessionStore:
         session_id = secrets.token_urlsafe(SESSION_ID_BYTES)
         expires = now + hours * 3600
 
-        def op(cur: duckdb.DuckDBPyConnection) -> None:
+        def op(tx: Transaction) -> None:
             # Deleting expired rows at each sign-in keeps the table as small as the number of
             # live sessions, without a scheduled job.
-            cur.execute("delete from auth_sessions where expires_at <= ?", [_at(now)])
-            cur.execute(
+            tx.execute("delete from auth_sessions where expires_at <= ?", [_at(now)])
+            tx.execute(
                 "insert into auth_sessions (session_id, user_name, session_epoch, created_at, "
                 "expires_at) values (?, ?, ?, ?, ?)",
                 [_digest(session_id), user.name, user.session_epoch, _at(now), _at(expires)],
             )
-            cur.execute(
+            tx.execute(
                 "update users set last_sign_in_at = current_timestamp where name = ?", [user.name]
             )
 
@@ -135,8 +133,8 @@ class SessionStore:
             while len(self._ended) > self._max_cached:
                 self._ended.popitem(last=False)
 
-        def op(cur: duckdb.DuckDBPyConnection) -> bool:
-            found = cur.execute(
+        def op(tx: Transaction) -> bool:
+            found = tx.execute(
                 "delete from auth_sessions where session_id = ? returning 1", [digest]
             ).fetchall()
             return bool(found)
