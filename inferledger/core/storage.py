@@ -38,8 +38,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+import duckdb_engine
 import polars as pl
 import pyarrow as pa
+from sqlalchemy.sql.expression import Executable
 
 from inferledger.core.errors import (
     ConstraintError,
@@ -136,6 +138,18 @@ def _query_error(exc: duckdb.Error) -> QueryError:
 
 Params = Sequence[Any] | Mapping[str, Any] | None
 
+#: SQLAlchemy Core statements (the relational metadata's, built on ledger/schema.py) are
+#: compiled with duckdb-engine's dialect, positional ``?`` parameters, and run on this module's
+#: connections, so they share the single writer and its transactions with everything else.
+_DIALECT = duckdb_engine.Dialect(paramstyle="qmark")
+
+
+def compile_statement(stmt: Executable) -> tuple[str, list[Any]]:
+    """A SQLAlchemy Core statement as (SQL, positional parameters) for this engine."""
+    compiled = stmt.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
+    values = compiled.construct_params()
+    return compiled.string, [values[name] for name in compiled.positiontup or ()]
+
 
 class Transaction:
     """One open write transaction, as a write op sees it. Statements take bound parameters
@@ -154,6 +168,11 @@ class Transaction:
         except duckdb.Error as exc:
             raise _query_error(exc) from None
         return self
+
+    def run(self, stmt: Executable) -> Transaction:
+        """Run one SQLAlchemy Core statement (select, insert, update, delete, an upsert); read
+        its rows with :meth:`fetchall` or :meth:`fetchone`."""
+        return self.execute(*compile_statement(stmt))
 
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         """Run one statement once per row of parameters."""
@@ -524,6 +543,11 @@ class Storage:
     ) -> Any:
         rows = self.fetchall(sql, params, timeout_s=timeout_s)
         return rows[0][0] if rows else None
+
+    def select(self, stmt: Executable, *, timeout_s: float | None = None) -> list[tuple[Any, ...]]:
+        """The rows of one SQLAlchemy Core select, read like :meth:`fetchall`."""
+        sql, params = compile_statement(stmt)
+        return self.fetchall(sql, params, timeout_s=timeout_s)
 
     def size_bytes(self) -> int:
         """Bytes of the database file plus its WAL (0 for an in-memory database)."""
