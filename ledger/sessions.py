@@ -8,6 +8,10 @@ its whole lifetime). The table keeps the SHA-256 of the id, never the id itself.
 
 A password change, disable or removal deletes the user's rows in the same transaction
 (ledger/users.py); the epoch check catches any row written before that.
+
+Every statement is a SQLAlchemy Core statement on ``ledger/schema.py``'s ``auth_sessions`` and
+``users`` tables, run through ``Transaction.run`` or ``Storage.select``; no hand-written SQL is
+left here.
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+import sqlalchemy as sa
+
+from ledger.schema import auth_sessions, users
+
 # The same row shape as ledger/users.py reads, so a session's user is the same User.
-from ledger.users import _COLUMNS, User, _user, get_user
+from ledger.users import _USER_COLUMNS, User, _user, get_user
 
 if TYPE_CHECKING:
     from inferledger.core.storage import Storage, Transaction
@@ -78,14 +86,20 @@ class SessionStore:
         def op(tx: Transaction) -> None:
             # Deleting expired rows at each sign-in keeps the table as small as the number of
             # live sessions, without a scheduled job.
-            tx.execute("delete from auth_sessions where expires_at <= ?", [_at(now)])
-            tx.execute(
-                "insert into auth_sessions (session_id, user_name, session_epoch, created_at, "
-                "expires_at) values (?, ?, ?, ?, ?)",
-                [_digest(session_id), user.name, user.session_epoch, _at(now), _at(expires)],
+            tx.run(sa.delete(auth_sessions).where(auth_sessions.c.expires_at <= _at(now)))
+            tx.run(
+                sa.insert(auth_sessions).values(
+                    session_id=_digest(session_id),
+                    user_name=user.name,
+                    session_epoch=user.session_epoch,
+                    created_at=_at(now),
+                    expires_at=_at(expires),
+                )
             )
-            tx.execute(
-                "update users set last_sign_in_at = current_timestamp where name = ?", [user.name]
+            tx.run(
+                sa.update(users)
+                .where(users.c.name == user.name)
+                .values(last_sign_in_at=sa.func.current_timestamp())
             )
 
         self._storage.write(op)
@@ -134,8 +148,10 @@ class SessionStore:
                 self._ended.popitem(last=False)
 
         def op(tx: Transaction) -> bool:
-            found = tx.execute(
-                "delete from auth_sessions where session_id = ? returning 1", [digest]
+            found = tx.run(
+                sa.delete(auth_sessions)
+                .where(auth_sessions.c.session_id == digest)
+                .returning(auth_sessions.c.session_id)
             ).fetchall()
             return bool(found)
 
@@ -144,19 +160,19 @@ class SessionStore:
     def count(self, name: str | None = None) -> int:
         """Stored sessions (of one user, or of everyone), expired ones not yet dropped
         included."""
-        if name is None:
-            return int(self._storage.scalar("select count(*) from auth_sessions") or 0)
-        return int(
-            self._storage.scalar("select count(*) from auth_sessions where user_name = ?", [name])
-            or 0
-        )
+        stmt = sa.select(sa.func.count()).select_from(auth_sessions)
+        if name is not None:
+            stmt = stmt.where(auth_sessions.c.user_name == name)
+        rows = self._storage.select(stmt)
+        return int(rows[0][0] or 0) if rows else 0
 
     def _load(self, digest: str) -> tuple[User | None, _Live | None]:
-        rows = self._storage.fetchall(
-            "with s as (select user_name, session_epoch as s_epoch, expires_at as s_expires "
-            "from auth_sessions where session_id = ?) "
-            f"select {_COLUMNS}, s_epoch, s_expires from users join s on users.name = s.user_name",
-            [digest],
+        # The session row and its user's row in one read; an inner join, so a session whose
+        # user is gone reads as no session.
+        rows = self._storage.select(
+            sa.select(*_USER_COLUMNS, auth_sessions.c.session_epoch, auth_sessions.c.expires_at)
+            .select_from(users.join(auth_sessions, users.c.name == auth_sessions.c.user_name))
+            .where(auth_sessions.c.session_id == digest)
         )
         if not rows:
             return None, None

@@ -10,6 +10,11 @@ Rules every entry point shares (CLI, admin page, OIDC): names are 1-254 characte
 :data:`MIN_PASSWORD_LENGTH` characters, and the last enabled admin can be neither demoted,
 disabled nor removed, so nobody locks everyone out of the admin pages. Each check happens on the
 writer thread inside the write's transaction, so two concurrent changes cannot both pass it.
+
+Every statement is a SQLAlchemy Core statement built on ``ledger/schema.py``'s tables (users,
+user_changes, auth_secrets, auth_sessions), run through ``Transaction.run`` inside a write op
+or ``Storage.select`` for a read, so the same code runs on the engine the metadata moves to. No
+hand-written SQL is left here.
 """
 
 from __future__ import annotations
@@ -26,7 +31,12 @@ from enum import StrEnum
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert as upsert
+
 from inferledger.core.errors import BadInputError
+from ledger.schema import auth_secrets, auth_sessions, users
+from ledger.schema import user_changes as _changes
 
 if TYPE_CHECKING:
     from inferledger.core.storage import Storage, Transaction
@@ -215,9 +225,18 @@ def _dummy_hash() -> str:
 
 # --- reads ----------------------------------------------------------------------------------
 
-_COLUMNS = (
-    "name, role, disabled, session_epoch, created_at, updated_at, last_sign_in_at, "
-    "oidc_subject, password_hash is not null"
+#: The columns :func:`_user` reads, in its order (ledger/sessions.py selects them too, so a
+#: session's user is the same User). The hash itself stays out: only whether there is one.
+_USER_COLUMNS: tuple[sa.ColumnElement[Any], ...] = (
+    users.c.name,
+    users.c.role,
+    users.c.disabled,
+    users.c.session_epoch,
+    users.c.created_at,
+    users.c.updated_at,
+    users.c.last_sign_in_at,
+    users.c.oidc_subject,
+    users.c.password_hash.is_not(None).label("has_password"),
 )
 
 
@@ -235,24 +254,34 @@ def _user(row: Sequence[Any]) -> User:
     )
 
 
+def _user_by_name(name: str | None) -> sa.Select[Any]:
+    return sa.select(*_USER_COLUMNS).where(users.c.name == name)
+
+
+def _count_users() -> sa.Select[Any]:
+    return sa.select(sa.func.count()).select_from(users)
+
+
 def get_user(storage: Storage, name: str) -> User | None:
-    rows = storage.fetchall(f"select {_COLUMNS} from users where name = ?", [name.lower()])
+    rows = storage.select(_user_by_name(name.lower()))
     return _user(rows[0]) if rows else None
 
 
 def list_users(storage: Storage) -> list[User]:
-    return [_user(r) for r in storage.fetchall(f"select {_COLUMNS} from users order by name")]
+    return [_user(r) for r in storage.select(sa.select(*_USER_COLUMNS).order_by(users.c.name))]
 
 
 def count_users(storage: Storage) -> int:
-    return int(storage.scalar("select count(*) from users") or 0)
+    rows = storage.select(_count_users())
+    return int(rows[0][0] or 0) if rows else 0
 
 
 def user_changes(storage: Storage, limit: int = 50) -> list[UserChange]:
-    rows = storage.fetchall(
-        "select change_id, changed_at, changed_by, action, user_name, detail from user_changes "
-        "order by change_id desc limit ?",
-        [limit],
+    c = _changes.c
+    rows = storage.select(
+        sa.select(c.change_id, c.changed_at, c.changed_by, c.action, c.user_name, c.detail)
+        .order_by(c.change_id.desc())
+        .limit(limit)
     )
     return [UserChange(*row) for row in rows]
 
@@ -261,32 +290,44 @@ def user_changes(storage: Storage, limit: int = 50) -> list[UserChange]:
 
 
 def _audit(tx: Transaction, by: str, action: str, name: str, detail: str | None = None) -> None:
-    tx.execute(
-        "insert into user_changes (changed_by, action, user_name, detail) values (?, ?, ?, ?)",
-        [by, action, name, detail],
+    # inline(): the new change_id is not wanted back (no RETURNING).
+    tx.run(
+        sa.insert(_changes)
+        .inline()
+        .values(changed_by=by, action=action, user_name=name, detail=detail)
     )
 
 
 def _end_sessions(tx: Transaction, name: str) -> None:
     """Delete every server-side session of a user (ledger/sessions.py), in the transaction
     of the change that ends them."""
-    tx.execute("delete from auth_sessions where user_name = ?", [name])
+    tx.run(sa.delete(auth_sessions).where(auth_sessions.c.user_name == name))
 
 
 def _fetch(tx: Transaction, name: str) -> User:
-    row = tx.execute(f"select {_COLUMNS} from users where name = ?", [name]).fetchone()
+    row = tx.run(_user_by_name(name)).fetchone()
     if row is None:
         raise UnknownUserError(f"no user named {name!r}")
     return _user(row)
+
+
+def _update_user(name: str, **values: Any) -> sa.Update:
+    """An update of one user's row that also stamps ``updated_at`` (every change does)."""
+    return (
+        sa.update(users)
+        .where(users.c.name == name)
+        .values(**values, updated_at=sa.func.current_timestamp())
+    )
 
 
 def _keep_an_admin(tx: Transaction, user: User, doing: str) -> None:
     """Refuse to take away the last enabled admin."""
     if user.role is not Role.ADMIN or user.disabled:
         return
-    row = tx.execute(
-        "select count(*) from users where role = 'admin' and not disabled and name <> ?",
-        [user.name],
+    row = tx.run(
+        _count_users().where(
+            users.c.role == Role.ADMIN.value, sa.not_(users.c.disabled), users.c.name != user.name
+        )
     ).fetchone()
     if not row or not row[0]:
         raise UserError(
@@ -312,12 +353,9 @@ def add_user(
         password_hash = hash_password(password)
 
     def op(tx: Transaction) -> User:
-        if tx.execute("select 1 from users where name = ?", [name]).fetchone():
+        if tx.run(sa.select(users.c.name).where(users.c.name == name)).fetchone():
             raise UserError(f"user {name!r} already exists")
-        tx.execute(
-            "insert into users (name, role, password_hash) values (?, ?, ?)",
-            [name, role.value, password_hash],
-        )
+        tx.run(sa.insert(users).values(name=name, role=role.value, password_hash=password_hash))
         _audit(tx, by, "add", name, role.value)
         return _fetch(tx, name)
 
@@ -335,10 +373,7 @@ def set_role(storage: Storage, name: str, role: Role | str, *, by: str) -> User:
             return user
         if role is not Role.ADMIN:
             _keep_an_admin(tx, user, f"make {role.value} of")
-        tx.execute(
-            "update users set role = ?, updated_at = current_timestamp where name = ?",
-            [role.value, name],
-        )
+        tx.run(_update_user(name, role=role.value))
         _audit(tx, by, "set_role", name, f"{user.role.value} -> {role.value}")
         return _fetch(tx, name)
 
@@ -354,10 +389,8 @@ def set_password(storage: Storage, name: str, password: str, *, by: str) -> User
 
     def op(tx: Transaction) -> User:
         _fetch(tx, name)
-        tx.execute(
-            "update users set password_hash = ?, session_epoch = session_epoch + 1, "
-            "updated_at = current_timestamp where name = ?",
-            [password_hash, name],
+        tx.run(
+            _update_user(name, password_hash=password_hash, session_epoch=users.c.session_epoch + 1)
         )
         _end_sessions(tx, name)
         _audit(tx, by, "passwd", name)
@@ -376,11 +409,7 @@ def set_disabled(storage: Storage, name: str, disabled: bool, *, by: str) -> Use
             return user
         if disabled:
             _keep_an_admin(tx, user, "disable")
-        tx.execute(
-            "update users set disabled = ?, session_epoch = session_epoch + 1, "
-            "updated_at = current_timestamp where name = ?",
-            [disabled, name],
-        )
+        tx.run(_update_user(name, disabled=disabled, session_epoch=users.c.session_epoch + 1))
         _end_sessions(tx, name)
         _audit(tx, by, "disable" if disabled else "enable", name)
         return _fetch(tx, name)
@@ -395,7 +424,7 @@ def remove_user(storage: Storage, name: str, *, by: str) -> None:
     def op(tx: Transaction) -> None:
         user = _fetch(tx, name)
         _keep_an_admin(tx, user, "remove")
-        tx.execute("delete from users where name = ?", [name])
+        tx.run(sa.delete(users).where(users.c.name == name))
         # A user added again later under this name starts at epoch 0 again: without this, a
         # cookie of the removed user (epoch 0) would open the new user's session.
         _end_sessions(tx, name)
@@ -414,11 +443,7 @@ def authenticate(storage: Storage, name: str, password: str) -> User:
         key: str | None = normalize_name(name)
     except UserError:
         key = None
-    rows = (
-        storage.fetchall(f"select {_COLUMNS}, password_hash from users where name = ?", [key])
-        if key
-        else []
-    )
+    rows = storage.select(_user_by_name(key).add_columns(users.c.password_hash)) if key else []
     user = _user(rows[0]) if rows else None
     stored = rows[0][-1] if rows else None
     if len(password) > MAX_PASSWORD_LENGTH:
@@ -444,21 +469,15 @@ def oidc_user(storage: Storage, *, email: str, subject: str) -> User:
     name = normalize_name(email)
 
     def op(tx: Transaction) -> User:
-        row = tx.execute("select name from users where oidc_subject = ?", [subject]).fetchone()
+        row = tx.run(sa.select(users.c.name).where(users.c.oidc_subject == subject)).fetchone()
         if row:
             return _fetch(tx, row[0])
-        existing = tx.execute("select oidc_subject from users where name = ?", [name]).fetchone()
+        existing = tx.run(sa.select(users.c.oidc_subject).where(users.c.name == name)).fetchone()
         if existing is None:
-            tx.execute(
-                "insert into users (name, role, oidc_subject) values (?, 'viewer', ?)",
-                [name, subject],
-            )
+            tx.run(sa.insert(users).values(name=name, role=Role.VIEWER.value, oidc_subject=subject))
             _audit(tx, "oidc", "add", name, "viewer (first sign-in through the provider)")
         elif existing[0] is None:
-            tx.execute(
-                "update users set oidc_subject = ?, updated_at = current_timestamp where name = ?",
-                [subject, name],
-            )
+            tx.run(_update_user(name, oidc_subject=subject))
             _audit(tx, "oidc", "link_oidc", name)
         else:
             raise UserError(f"user {name!r} is linked to another identity at the provider")
@@ -473,19 +492,20 @@ def oidc_user(storage: Storage, *, email: str, subject: str) -> User:
 def session_secret(storage: Storage) -> str:
     """The generated session-signing key kept in the database (created at first use), used
     when the auth.session_secret setting is empty: sessions survive restarts."""
-    rows = storage.fetchall("select value from auth_secrets where name = ?", [SESSION_SECRET_NAME])
+    read = sa.select(auth_secrets.c.value).where(auth_secrets.c.name == SESSION_SECRET_NAME)
+    rows = storage.select(read)
     if rows:
         return str(rows[0][0])
     fresh = secrets.token_hex(32)
 
     def op(tx: Transaction) -> str:
-        tx.execute(
-            "insert into auth_secrets (name, value) values (?, ?) on conflict do nothing",
-            [SESSION_SECRET_NAME, fresh],
+        # Another caller may have written it since the read: the first value written wins.
+        tx.run(
+            upsert(auth_secrets)
+            .values(name=SESSION_SECRET_NAME, value=fresh)
+            .on_conflict_do_nothing()
         )
-        row = tx.execute(
-            "select value from auth_secrets where name = ?", [SESSION_SECRET_NAME]
-        ).fetchone()
+        row = tx.run(read).fetchone()
         assert row is not None
         return str(row[0])
 
@@ -501,12 +521,13 @@ def ensure_demo_admin(storage: Storage) -> str | None:
     password_hash = hash_password(password)
 
     def op(tx: Transaction) -> bool:
-        row = tx.execute("select count(*) from users").fetchone()
+        row = tx.run(_count_users()).fetchone()
         if row and row[0]:
             return False
-        tx.execute(
-            "insert into users (name, role, password_hash) values (?, 'admin', ?)",
-            [DEMO_ADMIN, password_hash],
+        tx.run(
+            sa.insert(users).values(
+                name=DEMO_ADMIN, role=Role.ADMIN.value, password_hash=password_hash
+            )
         )
         _audit(tx, "demo", "add", DEMO_ADMIN, "admin (demo admin)")
         return True

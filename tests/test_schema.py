@@ -86,3 +86,23 @@ def test_a_statement_runs_in_the_writers_transaction(storage) -> None:
             )
         )
     assert storage.select(sa.select(sa.func.count()).select_from(schema.auth_sessions)) == [(1,)]
+
+
+def test_a_cached_statement_shape_takes_each_statements_own_values() -> None:
+    # compile_statement caches compiled SQL by shape: a second statement of the same shape
+    # must bind its own values, and IN lists of other lengths must not reuse a cached string
+    users = schema.users
+
+    def bump(name: str, by: int):
+        return (
+            sa.update(users)
+            .where(users.c.name == name)
+            .values(session_epoch=users.c.session_epoch + by)
+        )
+
+    first, second = compile_statement(bump("ann", 1)), compile_statement(bump("bob", 7))
+    assert first[0] == second[0]
+    assert first[1] == [1, "ann"] and second[1] == [7, "bob"]
+    for names in (["a"], ["a", "b", "c"], ["b", "c"]):
+        sql, params = compile_statement(sa.select(users.c.name).where(users.c.name.in_(names)))
+        assert sql.count("?") == len(names) and params == names

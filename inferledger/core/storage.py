@@ -144,10 +144,30 @@ Params = Sequence[Any] | Mapping[str, Any] | None
 _DIALECT = duckdb_engine.Dialect(paramstyle="qmark")
 
 
+#: Compiled statements by SQLAlchemy cache key (its own compiled-cache mechanism): a store's
+#: statements differ only in their values, so each shape is compiled once (~0.6 ms) and later
+#: ones only extract their values (~0.1 ms). Bounded: shapes are code, not data, but an IN list
+#: of a new length is a new shape, so statements with an expanding parameter are not cached.
+_COMPILED: dict[Any, Any] = {}
+_COMPILED_MAX = 2048
+
+
 def compile_statement(stmt: Executable) -> tuple[str, list[Any]]:
     """A SQLAlchemy Core statement as (SQL, positional parameters) for this engine."""
-    compiled = stmt.compile(dialect=_DIALECT, compile_kwargs={"render_postcompile": True})
-    values = compiled.construct_params()
+    key = stmt._generate_cache_key()  # type: ignore[attr-defined]
+    cacheable = key is not None and not any(b.expanding for b in key.bindparams)
+    compiled = _COMPILED.get(key.key) if cacheable else None
+    if compiled is None:
+        compiled = stmt.compile(
+            dialect=_DIALECT,
+            cache_key=key if cacheable else None,
+            compile_kwargs={"render_postcompile": True},
+        )
+        if cacheable and len(_COMPILED) < _COMPILED_MAX:
+            _COMPILED[key.key] = compiled
+        values = compiled.construct_params()
+    else:
+        values = compiled.construct_params(extracted_parameters=key.bindparams)
     return compiled.string, [values[name] for name in compiled.positiontup or ()]
 
 
