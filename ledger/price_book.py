@@ -13,6 +13,14 @@ gets the same one-line error wherever it comes from; a bad file writes nothing.
 GPU subjects are stored under the GPU catalog's canonical name when the catalog knows the GPU
 (``h200`` and ``NVIDIA H200`` become ``H200``, ``H100`` becomes ``H100-SXM``); other GPU types
 are kept as written.
+
+Every statement is SQLAlchemy Core, built on ``price_book`` and ``price_book_changes`` from
+:mod:`ledger.schema` and run through ``tx.run`` (writes, each in the caller's one transaction)
+or ``storage.select`` (reads), so the same statements can run on PostgreSQL when the metadata
+moves there. Reads of the book select from the ``prices_effective`` view (declared here as a Core
+``table`` of price_book's columns plus ``effective_to``) rather than rebuild its window function:
+the view in sql/views stays the one definition of when a version stops applying, shared with
+the marts. No raw SQL string is left in this module.
 """
 
 from __future__ import annotations
@@ -28,10 +36,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
 import yaml
+from sqlalchemy.dialects.postgresql import insert
 
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
+from ledger.schema import price_book, price_book_changes
 from models.gpu_catalog import get_gpu
 
 BUNDLED_PRICE_FILE = "models/data/prices.yaml"
@@ -459,15 +470,53 @@ def _check_no_duplicates(prices: Sequence[Price]) -> None:
         seen[price.version_key] = price
 
 
+# ---------------------------------------------------------------------------- statements
+# The prices_effective view (sql/views) as a Core selectable: price_book's columns plus
+# effective_to. The view stays the one definition of effective_to (the marts join on it too), so
+# reads of the book select from it rather than repeat its window function here.
+_effective = sa.table(
+    "prices_effective",
+    *(sa.column(c.name, c.type) for c in price_book.c),
+    sa.column("effective_to", sa.DateTime(timezone=True)),
+)
+_VERSION_COLUMNS = tuple(
+    _effective.c[name]
+    for name in (
+        "price_id", "kind", "subject", "deployment", "unit", "price", "currency", "stage",
+        "effective_from", "effective_to", "note", "source", "created_at",
+    )
+)  # fmt: skip
+_CHANGE_COLUMNS = tuple(
+    price_book_changes.c[name]
+    for name in (
+        "change_id", "changed_at", "changed_by", "action", "price_id", "kind", "subject",
+        "deployment", "unit", "old_price", "new_price", "effective_from", "note",
+        "old_effective_from", "new_effective_from",
+    )
+)  # fmt: skip
+_KEY_COLUMNS = (
+    price_book.c.kind,
+    price_book.c.subject,
+    price_book.c.deployment,
+    price_book.c.unit,
+    price_book.c.effective_from,
+)
+
+
+def _is_version(key: Sequence[Any]) -> sa.ColumnElement[bool]:
+    """price_book's rows with this (kind, subject, deployment, unit, effective_from)."""
+    return sa.and_(*(col == value for col, value in zip(_KEY_COLUMNS, key, strict=True)))
+
+
+def _in_effective_at(ts: datetime) -> sa.ColumnElement[bool]:
+    """prices_effective's versions in effect at ``ts``."""
+    return sa.and_(
+        _effective.c.effective_from <= ts,
+        sa.or_(_effective.c.effective_to.is_(None), _effective.c.effective_to > ts),
+    )
+
+
 # ---------------------------------------------------------------------------- writes
-_VERSION_COLUMNS = (
-    "price_id, kind, subject, deployment, unit, price, currency, stage, effective_from, "
-    "effective_to, note, source, created_at"
-)
-_CHANGE_COLUMNS = (
-    "change_id, changed_at, changed_by, action, price_id, kind, subject, deployment, unit, "
-    "old_price, new_price, effective_from, note, old_effective_from, new_effective_from"
-)
 
 
 def _utc(ts: datetime | None) -> datetime | None:
@@ -510,19 +559,20 @@ def _check_who(changed_by: str, source: PriceSource | str) -> PriceSource:
 
 
 def _find_version(tx: Transaction, price: Price) -> tuple[Any, ...] | None:
-    return tx.execute(
-        "SELECT price_id, price, currency, stage, note FROM price_book"
-        " WHERE kind = ? AND subject = ? AND deployment = ? AND unit = ? AND effective_from = ?",
-        list(price.version_key),
-    ).fetchone()
+    c = price_book.c
+    stmt = sa.select(c.price_id, c.price, c.currency, c.stage, c.note).where(
+        _is_version(price.version_key)
+    )
+    return tx.run(stmt).fetchone()
 
 
 def _stored_row(tx: Transaction, price_id: int) -> tuple[Any, ...]:
-    row = tx.execute(
-        "SELECT price_id, kind, subject, deployment, unit, price, currency, stage,"
-        " effective_from, note FROM price_book WHERE price_id = ?",
-        [price_id],
-    ).fetchone()
+    c = price_book.c
+    stmt = sa.select(
+        c.price_id, c.kind, c.subject, c.deployment, c.unit, c.price, c.currency, c.stage,
+        c.effective_from, c.note,
+    ).where(c.price_id == price_id)  # fmt: skip
+    row = tx.run(stmt).fetchone()
     if row is None:
         raise UnknownPriceError(f"no price with price_id {price_id}")
     return row
@@ -530,7 +580,7 @@ def _stored_row(tx: Transaction, price_id: int) -> tuple[Any, ...]:
 
 def _check_currency(tx: Transaction, prices: Sequence[Price]) -> None:
     """The ledger sums money across the whole book, so it holds one currency."""
-    existing = tx.execute("SELECT DISTINCT currency FROM price_book").fetchall()
+    existing = tx.run(sa.select(price_book.c.currency).distinct()).fetchall()
     book = existing[0][0] if existing else prices[0].currency
     for price in prices:
         if price.currency != book:
@@ -542,11 +592,19 @@ def _check_currency(tx: Transaction, prices: Sequence[Price]) -> None:
 
 def _insert(tx: Transaction, price: Price, changed_by: str, source: PriceSource) -> int:
     stage = price.stage.value if price.stage else None
-    row = tx.execute(
-        "INSERT INTO price_book (kind, subject, deployment, unit, effective_from, price, currency,"
-        " stage, note, source) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING price_id",
-        [*price.version_key, price.price, price.currency, stage, price.note, source.value],
-    ).fetchone()
+    stmt = (
+        insert(price_book)
+        .values(
+            **{col.name: value for col, value in zip(_KEY_COLUMNS, price.version_key, strict=True)},
+            price=price.price,
+            currency=price.currency,
+            stage=stage,
+            note=price.note,
+            source=source.value,
+        )
+        .returning(price_book.c.price_id)
+    )
+    row = tx.run(stmt).fetchone()
     assert row is not None  # RETURNING always yields the row
     price_id = int(row[0])
     new = (price.price, price.effective_from)
@@ -570,12 +628,23 @@ def _audit(
     old_price, old_from = old or (None, None)
     new_price, new_from = new or (None, None)
     earliest = min(t for t in (old_from, new_from) if t is not None)
-    values = (old_price, new_price, earliest, note, old_from, new_from)
-    tx.execute(
-        "INSERT INTO price_book_changes (changed_by, action, price_id, kind, subject, deployment,"
-        " unit, old_price, new_price, effective_from, note, old_effective_from,"
-        " new_effective_from) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [changed_by, action.value, price_id, *map(str, key), *values],
+    kind, subject, deployment, unit = map(str, key)
+    tx.run(
+        insert(price_book_changes).values(
+            changed_by=changed_by,
+            action=action.value,
+            price_id=price_id,
+            kind=kind,
+            subject=subject,
+            deployment=deployment,
+            unit=unit,
+            old_price=old_price,
+            new_price=new_price,
+            effective_from=earliest,
+            note=note,
+            old_effective_from=old_from,
+            new_effective_from=new_from,
+        )
     )
 
 
@@ -601,20 +670,17 @@ def _update(
         return False
     key = (kind, subject, deployment, unit)
     if new_from != old_from:
-        clash = tx.execute(
-            "SELECT price_id FROM price_book WHERE kind = ? AND subject = ? AND deployment = ?"
-            " AND unit = ? AND effective_from = ?",
-            [*key, new_from],
-        ).fetchone()
+        stmt = sa.select(price_book.c.price_id).where(_is_version((*key, new_from)))
+        clash = tx.run(stmt).fetchone()
         if clash is not None:
             raise PriceBookError(
                 f"price_id {price_id} cannot move to {format_time(new_from)}: price_id "
                 f"{clash[0]} is already the {_describe(*key, new_from)}"
             )
-    tx.execute(
-        "UPDATE price_book SET price = ?, effective_from = ?, note = ?, stage = ?"
-        " WHERE price_id = ?",
-        [new_price, new_from, new_note, new_stage, price_id],
+    tx.run(
+        sa.update(price_book)
+        .where(price_book.c.price_id == price_id)
+        .values(price=new_price, effective_from=new_from, note=new_note, stage=new_stage)
     )
     old, new = (old_price, old_from), (new_price, new_from)
     _audit(tx, ChangeAction.UPDATE, changed_by, price_id, key, old, new, new_note)
@@ -688,7 +754,7 @@ def seed_if_empty(storage: Storage, path: str | Path | None = None) -> int:
     prices = load_price_file(bundled_price_file() if path is None else path)
 
     def op(tx: Transaction) -> int:
-        row = tx.execute("SELECT count(*) FROM price_book_changes").fetchone()
+        row = tx.run(sa.select(sa.func.count()).select_from(price_book_changes)).fetchone()
         if row is not None and row[0]:
             return 0
         return _load(tx, prices, "seed", PriceSource.SEED, replace=False).inserted
@@ -775,7 +841,7 @@ def delete_price(storage: Storage, price_id: int, *, changed_by: str) -> PriceVe
     def op(tx: Transaction) -> None:
         row = _stored_row(tx, price_id)
         _, kind, subject, deployment, unit, old_price, _, _, old_from, old_note = row
-        tx.execute("DELETE FROM price_book WHERE price_id = ?", [price_id])
+        tx.run(sa.delete(price_book).where(price_book.c.price_id == price_id))
         key = (kind, subject, deployment, unit)
         old = (old_price, old_from.astimezone(UTC))
         _audit(tx, ChangeAction.DELETE, changed_by, price_id, key, old, None, old_note)
@@ -786,9 +852,7 @@ def delete_price(storage: Storage, price_id: int, *, changed_by: str) -> PriceVe
 
 # ---------------------------------------------------------------------------- reads
 def get_price(storage: Storage, price_id: int) -> PriceVersion:
-    rows = storage.fetchall(
-        f"SELECT {_VERSION_COLUMNS} FROM prices_effective WHERE price_id = ?", [price_id]
-    )
+    rows = storage.select(sa.select(*_VERSION_COLUMNS).where(_effective.c.price_id == price_id))
     if not rows:
         raise UnknownPriceError(f"no price with price_id {price_id}")
     return _version(rows[0])
@@ -796,17 +860,13 @@ def get_price(storage: Storage, price_id: int) -> PriceVersion:
 
 def list_prices(storage: Storage, at: datetime | None = None) -> list[PriceVersion]:
     """Every version (``at`` None), or the versions in effect at ``at`` (naive means UTC)."""
-    order = " ORDER BY kind, subject, deployment, unit, effective_from"
-    if at is None:
-        rows = storage.fetchall(f"SELECT {_VERSION_COLUMNS} FROM prices_effective{order}")
-    else:
-        ts = parse_time(at, "at")
-        rows = storage.fetchall(
-            f"SELECT {_VERSION_COLUMNS} FROM prices_effective WHERE effective_from <= ?"
-            f" AND (effective_to IS NULL OR ? < effective_to){order}",
-            [ts, ts],
-        )
-    return [_version(r) for r in rows]
+    e = _effective.c
+    stmt = sa.select(*_VERSION_COLUMNS).order_by(
+        e.kind, e.subject, e.deployment, e.unit, e.effective_from
+    )
+    if at is not None:
+        stmt = stmt.where(_in_effective_at(parse_time(at, "at")))
+    return [_version(r) for r in storage.select(stmt)]
 
 
 def price_at(
@@ -825,23 +885,30 @@ def price_at(
     if kind is PriceKind.REVIEWER and subjects[0] != ANY_REVIEWER:
         subjects.append(ANY_REVIEWER)
     deployments = [deployment, ""] if deployment else [""]
+    e = _effective.c
+    unit_value = PriceUnit(unit).value
     for subj in subjects:
         for dep in deployments:
-            value = storage.scalar(
-                "SELECT price FROM prices_effective WHERE kind = ? AND subject = ?"
-                " AND deployment = ? AND unit = ? AND effective_from <= ?"
-                " AND (effective_to IS NULL OR ? < effective_to)",
-                [kind.value, subj, dep, PriceUnit(unit).value, ts, ts],
+            rows = storage.select(
+                sa.select(e.price).where(
+                    e.kind == kind.value,
+                    e.subject == subj,
+                    e.deployment == dep,
+                    e.unit == unit_value,
+                    _in_effective_at(ts),
+                )
             )
-            if value is not None:
-                return float(value)
+            if rows and rows[0][0] is not None:
+                return float(rows[0][0])
     return None
 
 
 def history(storage: Storage, limit: int = 100) -> list[PriceChange]:
     """The audit trail, newest change first."""
-    rows = storage.fetchall(
-        f"SELECT {_CHANGE_COLUMNS} FROM price_book_changes ORDER BY change_id DESC LIMIT ?",
-        [max(0, int(limit))],
+    stmt = (
+        sa.select(*_CHANGE_COLUMNS)
+        .order_by(price_book_changes.c.change_id.desc())
+        .limit(max(0, int(limit)))
     )
+    rows = storage.select(stmt)
     return [_change(r) for r in rows]
