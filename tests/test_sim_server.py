@@ -129,6 +129,15 @@ def sim(sim_factory) -> Sim:
     return sim_factory()
 
 
+def _http_idle(sim: Sim, timeout_s: float = 10.0) -> bool:
+    """Whether the server soon counts no request in flight (it counts one until waitress has
+    closed its body, a moment after the client has read it)."""
+    deadline = time.monotonic() + timeout_s
+    while sim.server.http_in_flight and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return sim.server.http_in_flight == 0
+
+
 def sse_events(resp: requests.Response) -> list:
     """The data payloads of a text/event-stream response, parsed ([DONE] kept as a string)."""
     assert resp.headers["Content-Type"].startswith("text/event-stream")
@@ -287,6 +296,48 @@ def test_models_health_and_unknown_paths(sim) -> None:
     assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
     wrong = requests.get(sim.url + "/v1/completions", timeout=10)
     assert wrong.status_code == 405
+
+
+def test_each_listener_routes_and_answers_errors_as_vllm_does(sim) -> None:
+    """What clients see of the HTTP stack: FastAPI's {"detail"} bodies and status lines, no
+    OPTIONS, exact paths, no body on HEAD, and a dcgm listener that serves /metrics only."""
+    health = requests.get(sim.url + "/health", timeout=10)
+    assert health.status_code == 200 and health.content == b""
+    assert "Content-Type" not in health.headers
+    assert requests.get(sim.url + "/version", timeout=10).json() == {"version": "inferledger-sim"}
+    options = requests.options(sim.url + "/v1/completions", timeout=10)
+    assert options.status_code == 405 and options.reason == "Method Not Allowed"
+    assert options.headers["Content-Type"] == "application/json"
+    assert options.content == b'{"detail":"Method Not Allowed"}'
+    for path in ("/v1//models", "/v1/models/", "/static/app.js"):
+        missing = requests.get(sim.url + path, timeout=10)
+        assert missing.status_code == 404 and missing.reason == "Not Found", path
+        assert missing.content == b'{"detail":"Not Found"}'
+    get = requests.get(sim.url + "/v1/models", timeout=10)
+    head = requests.head(sim.url + "/v1/models", timeout=10)
+    assert head.status_code == 200 and head.content == b""
+    assert head.headers["Content-Length"] == get.headers["Content-Length"]
+    for method, path in (("GET", "/health"), ("GET", "/v1/models"), ("POST", "/metrics")):
+        resp = requests.request(method, sim.dcgm_url + path, timeout=10)
+        assert resp.status_code == 404 and resp.json() == {"detail": "Not Found"}, path
+    dcgm = requests.get(sim.dcgm_url + "/metrics", timeout=10)
+    assert dcgm.status_code == 200 and "DCGM_FI_DEV_GPU_UTIL" in dcgm.text
+    assert dcgm.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    page = requests.get(sim.url + "/metrics", timeout=10).text
+    options_count = 'http_requests_total{handler="/v1/completions",method="OPTIONS",status="4xx"}'
+    assert options_count + " 1.0" in page
+    assert 'http_requests_total{handler="none",method="GET",status="4xx"} 3.0' in page
+
+
+def test_an_unexpected_error_is_a_json_500_and_the_server_keeps_serving(sim, monkeypatch) -> None:
+    def broken() -> str:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(sim.server, "dcgm_page", broken)
+    resp = requests.get(sim.dcgm_url + "/metrics", timeout=10)
+    assert resp.status_code == 500 and resp.json() == {"detail": "Internal Server Error"}
+    assert _http_idle(sim)
+    assert sim.post("/v1/completions", {"model": MODEL, "prompt": "on", "max_tokens": 2}).ok
 
 
 LONG = "x" * (4 * MAX_MODEL_LEN + 4)  # MAX_MODEL_LEN + 1 tokens
@@ -558,11 +609,16 @@ def test_concurrent_streams_all_complete(sim) -> None:
     assert sim.server.engine.in_flight == 0
 
 
-def test_a_client_that_goes_away_mid_stream_does_not_hurt_the_server(sim) -> None:
+def test_a_client_that_goes_away_mid_stream_does_not_hurt_the_server(sim_factory) -> None:
+    sim = sim_factory(speed=5.0)  # the request runs ~2.6 s of wall time
     body = {"model": MODEL, "prompt": "bye", "max_tokens": 2000, "stream": True}
     with sim.post("/v1/completions", body, stream=True) as resp:
         lines = resp.iter_lines()
         assert next(lines).startswith(b"data: ")
+    # the response is over for the server as soon as the client is gone, long before the
+    # request is: it no longer counts in flight (shutdown does not wait for it)
+    assert _http_idle(sim)
+    assert sim.server.engine.in_flight == 1
     # the engine still finishes the request (no per-request abort); the server keeps serving
     assert sim.post("/v1/completions", {"model": MODEL, "prompt": "next", "max_tokens": 2}).ok
 

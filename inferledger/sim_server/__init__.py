@@ -8,6 +8,9 @@ over OTLP/HTTP. docs/sim-server.md is the user's guide (ports, flags, token-esti
 limits). inferledger/sim_openai.py holds the protocol (validation, token estimation, response
 shapes), inferledger/sim_engine.py the simulation and span-export threads.
 
+HTTP, as in inferledger/server.py: a Flask app (inferledger/sim_server/app.py: routes, error
+bodies, streaming) served by waitress through core.http_server.WaitressRunner.
+
 Threads, as in inferledger/server.py: waitress's worker threads answer HTTP and wait on events;
 ONE simulation thread owns the LiveCluster, maps wall time to virtual time
 (virtual = speed x (wall - start)), submits arrivals, advances the clock to each step end that
@@ -24,7 +27,6 @@ Listeners (one waitress server, one socket each):
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import math
 import os
@@ -33,32 +35,23 @@ import signal
 import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from werkzeug.wsgi import ClosingIterator
 
 from inferledger.core.errors import SettingsError
 from inferledger.core.http_server import WaitressRunner, wait_until
 from inferledger.sim_engine import (
     LAG_BUCKETS_S,
-    PendingRequest,
     SimEngine,
     SpanExporter,
     VirtualClock,
     traces_url,
 )
-from inferledger.sim_openai import (
-    ApiError,
-    ApiLimits,
-    ChunkWriter,
-    ParsedRequest,
-    dumps,
-    event,
-    finish_reason,
-    full_response,
-    parse_request,
-)
+from inferledger.sim_openai import ApiLimits
+from inferledger.sim_server.app import HttpRequestCounts, Listener, create_app
 from models.execution_time import ExecutionTimePredictor
 from models.serving.config import ClusterConfig, SimulationOptions
 from models.serving.live import LiveCluster
@@ -70,13 +63,6 @@ log = logging.getLogger(__name__)
 
 DCGM_HOST_PREFIX = "sim-gpu-node-"  # Hostname label of the simulated GPU hosts
 MAX_BODY_BYTES = 32 << 20
-_SSE_HEADERS = [
-    ("Content-Type", "text/event-stream; charset=utf-8"),
-    ("Cache-Control", "no-cache"),
-]
-_JSON = "application/json"
-_PROM = "text/plain; version=0.0.4; charset=utf-8"
-_WAIT_POLL_S = 1.0  # how often a waiting request thread checks the simulation thread is alive
 
 
 # --- metrics pages ----------------------------------------------------------------------------
@@ -117,7 +103,7 @@ def merge_expositions(pages: Sequence[str]) -> str:
     return "\n".join(out) + "\n"
 
 
-# --- HTTP -------------------------------------------------------------------------------------
+# --- the server -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -156,13 +142,6 @@ class SimServeOptions:
             raise SettingsError("the dcgm-exporter page needs a tensor-parallel size dividing 8")
 
 
-@dataclass(frozen=True, slots=True)
-class _Listener:
-    role: str  # "router", "replica", "dcgm"
-    replica: int | None
-    sock: socket.socket
-
-
 class SimServer:
     """The HTTP face of the simulation: SimServer(options).bind(), then serve_forever() until
     SIGTERM/SIGINT or request_stop()."""
@@ -182,6 +161,7 @@ class SimServer:
                 self.max_model_len,
             )
         self.limits = ApiLimits(options.served_model_names, self.max_model_len, cache.block_size)
+        self.served_model_names = options.served_model_names
         self.model_name = options.served_model_names[0]
         self.created = int(time.time())
         self.epoch_ns = time.time_ns()
@@ -198,15 +178,14 @@ class SimServer:
         self.engine = SimEngine(
             self.live, self.clock, self.exporter.offer if self.exporter else None
         )
-        self._listeners: list[_Listener] = []
-        self._roles: dict[str, _Listener] = {}
+        self._listeners: list[Listener] = []
+        self._roles: dict[str, Listener] = {}
         self._inflight = 0
         self._inflight_lock = threading.Lock()
         self._stop = threading.Event()
         self.ready = threading.Event()
-        # http_requests_total of each listener, as vLLM's prometheus_fastapi_instrumentator
-        # counts them: (port, handler, method, status class) → count
-        self.http_requests: dict[tuple[str, str, str, str], int] = {}
+        self.http_requests = HttpRequestCounts()
+        self.app = create_app(self)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -237,7 +216,7 @@ class SimServer:
                 except OSError as exc:
                     sock.close()
                     raise SettingsError(f"cannot listen on {opts.host}:{port}: {exc}") from None
-                self._listeners.append(_Listener(role, replica, sock))
+                self._listeners.append(Listener(role, replica, sock))
         except SettingsError:
             for lst in self._listeners:
                 lst.sock.close()
@@ -245,6 +224,16 @@ class SimServer:
             raise
         self._roles = {str(lst.sock.getsockname()[1]): lst for lst in self._listeners}
         return self
+
+    @property
+    def http_in_flight(self) -> int:
+        """HTTP requests being answered; a stream counts until waitress is done with its body
+        (finished, or the client gone). Shutdown drains these."""
+        return self._inflight
+
+    def listener_at(self, port: str) -> Listener | None:
+        """The listener bound to `port` (a request's SERVER_PORT); None for any other."""
+        return self._roles.get(port)
 
     def request_stop(self) -> None:
         self._stop.set()
@@ -309,159 +298,28 @@ class SimServer:
             self.exporter.stop()
         runner.close()
 
-    # ------------------------------------------------------------------ WSGI
+    # ------------------------------------------------------------------ HTTP
     def wsgi_app(
         self, environ: dict[str, Any], start_response: Callable[..., Any]
     ) -> Iterable[bytes]:
+        """The Flask app, with every request counted in flight until waitress is done with its
+        body (a stream: finished or the client gone), so that shutdown can drain them."""
         with self._inflight_lock:
             self._inflight += 1
-        done = True
         try:
-            status, headers, body = self._dispatch(environ)
-            start_response(_STATUS_LINES.get(status, f"{status} Status"), headers)
-            self._count(environ, status)
-            if isinstance(body, bytes):
-                return [body]
-            done = False
-            return _Closing(body, self._release)
-        finally:
-            if done:
-                self._release()
+            body = self.app(environ, start_response)
+        except BaseException:
+            self._release()
+            raise
+        return ClosingIterator(body, self._release)
 
     def _release(self) -> None:
         with self._inflight_lock:
             self._inflight -= 1
 
-    def _count(self, environ: dict[str, Any], status: int) -> None:
-        path = environ.get("PATH_INFO", "")
-        key = (
-            str(environ.get("SERVER_PORT")),
-            path if path in _KNOWN_PATHS else "none",
-            method if (method := environ.get("REQUEST_METHOD")) in _METHODS else "other",
-            f"{status // 100}xx",
-        )
-        with self._inflight_lock:
-            self.http_requests[key] = self.http_requests.get(key, 0) + 1
-
-    def _dispatch(self, environ: dict[str, Any]) -> tuple[int, list, bytes | Iterator[bytes]]:
-        listener = self._roles.get(str(environ.get("SERVER_PORT")))
-        path = environ.get("PATH_INFO", "")
-        method = environ.get("REQUEST_METHOD", "GET")
-        if listener is None:
-            return _not_found()
-        if listener.role == "dcgm":
-            if path == "/metrics" and method in ("GET", "HEAD"):
-                return 200, [("Content-Type", _PROM)], self._dcgm_page().encode()
-            return _not_found()
-        routes: dict[str, tuple[str, Callable[..., Any]]] = {
-            "/v1/completions": ("POST", lambda: self._generate(environ, listener, chat=False)),
-            "/v1/chat/completions": ("POST", lambda: self._generate(environ, listener, chat=True)),
-            "/v1/models": ("GET", self._models),
-            "/health": ("GET", lambda: (200, [], b"")),
-            "/metrics": ("GET", lambda: self._metrics(listener)),
-            "/version": ("GET", lambda: _json_response(200, {"version": "inferledger-sim"})),
-        }
-        route = routes.get(path)
-        if route is None:
-            return _not_found()
-        if method != route[0] and not (route[0] == "GET" and method == "HEAD"):
-            return 405, [("Content-Type", _JSON)], dumps({"detail": "Method Not Allowed"})
-        try:
-            return route[1]()
-        except ApiError as exc:
-            return exc.http_status, [("Content-Type", _JSON)], exc.body()
-
-    def _models(self) -> tuple[int, list, bytes]:
-        data = [
-            {
-                "id": name,
-                "object": "model",
-                "created": self.created,
-                "owned_by": "vllm",
-                "root": name,
-                "parent": None,
-                "max_model_len": self.max_model_len,
-                "permission": [],
-            }
-            for name in self.options.served_model_names
-        ]
-        return _json_response(200, {"object": "list", "data": data})
-
-    def _generate(
-        self, environ: dict[str, Any], listener: _Listener, *, chat: bool
-    ) -> tuple[int, list, bytes | Iterator[bytes]]:
-        try:
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        raw = environ["wsgi.input"].read(length) if length > 0 else environ["wsgi.input"].read()
-        try:
-            body = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise ApiError(f"the request body is not valid JSON: {exc}") from None
-        parsed = parse_request(body, self.limits, chat=chat)
-        if self.engine.failure is not None:
-            raise ApiError("the simulation stopped after an internal error", status=500)
-        prefix = "chatcmpl-" if chat else "cmpl-"
-        rid = prefix + uuid.uuid4().hex
-        context = dict(parsed.params)
-        traceparent = environ.get("HTTP_TRACEPARENT")
-        if traceparent:
-            context["traceparent"] = traceparent
-            tracestate = environ.get("HTTP_TRACESTATE")
-            if tracestate:
-                context["tracestate"] = tracestate
-        pending = PendingRequest(
-            rid,
-            parsed.prompt,
-            parsed.max_tokens,  # ignore_eos: every request generates max_tokens tokens
-            max_tokens=parsed.max_tokens,
-            context=context,
-            replica=listener.replica,
-            stream=parsed.stream,
-        )
-        self.engine.submit(pending)
-        created = int(time.time())
-        if parsed.stream:
-            return 200, list(_SSE_HEADERS), self._stream(parsed, pending, rid, created)
-        record = self._wait_record(pending)
-        return _json_response(200, full_response(parsed, record, rid, created))
-
-    def _wait_record(self, pending: PendingRequest) -> RequestRecord:
-        while pending.record is None:
-            if pending.event.wait(_WAIT_POLL_S):
-                pending.event.clear()
-            elif self.engine.failure is not None or not self.engine.alive:
-                raise ApiError("the simulation stopped after an internal error", status=500)
-        return pending.record
-
-    def _stream(
-        self, parsed: ParsedRequest, pending: PendingRequest, rid: str, created: int
-    ) -> Iterator[bytes]:
-        """SSE events as the simulation produces tokens: one chunk per engine step that produced
-        some (a step's tokens together when the client reads slower than the engine steps)."""
-        writer = ChunkWriter(parsed, rid, created)
-        try:
-            while True:
-                if pending.event.wait(_WAIT_POLL_S):
-                    pending.event.clear()
-                elif self.engine.failure is not None or not self.engine.alive:
-                    error = ApiError("the simulation stopped after an internal error", status=500)
-                    yield event(json.loads(error.body()))
-                    yield b"data: [DONE]\n\n"
-                    return
-                record = pending.record
-                n = record.output_tokens if record is not None else pending.tokens
-                if n > writer.sent or record is not None:
-                    yield from writer.tokens(n, finish_reason(record))
-                if record is not None:
-                    yield from writer.usage(record)
-                    return
-        finally:
-            self.engine.abandon(pending)
-
     # ------------------------------------------------------------------ metrics
-    def _metrics(self, listener: _Listener) -> tuple[int, list, bytes]:
+    def metrics_page(self, listener: Listener) -> str:
+        """The /metrics page of the router (every replica) or of one replica."""
         now, replicas, records = self.engine.snapshot()
         created = self.created
         if listener.replica is not None:
@@ -471,8 +329,7 @@ class SimServer:
                 self._replica_page(rep, records, now, str(rep.index), created) for rep in replicas
             ]
             page = merge_expositions(pages) + self._own_metrics()
-        page += self._http_metrics(listener)
-        return 200, [("Content-Type", _PROM)], page.encode()
+        return page + self.http_requests.render(str(listener.sock.getsockname()[1]))
 
     def _replica_page(
         self,
@@ -495,7 +352,7 @@ class SimServer:
         )
         return timeline.render(now)
 
-    def _dcgm_page(self) -> str:
+    def dcgm_page(self) -> str:
         """Every GPU of every replica, as dcgm-exporters on 8-GPU hosts would show them:
         replica i's tensor-parallel GPUs are global GPUs i*TP .. i*TP+TP-1, eight per host."""
         predictor = self.options.predictor
@@ -517,21 +374,6 @@ class SimServer:
             )
             pages.append(timeline.render(now))
         return merge_expositions(pages)
-
-    def _http_metrics(self, listener: _Listener) -> str:
-        port = str(listener.sock.getsockname()[1])
-        with self._inflight_lock:
-            counts = sorted((k[1:], v) for k, v in self.http_requests.items() if k[0] == port)
-        lines = [
-            "# HELP http_requests_total Total number of requests by method, status and handler.",
-            "# TYPE http_requests_total counter",
-        ]
-        for (handler, method, status), count in counts:
-            lines.append(
-                f'http_requests_total{{handler="{handler}",method="{method}",status="{status}"}} '
-                f"{float(count)!r}"
-            )
-        return "\n".join(lines) + "\n"
 
     def _own_metrics(self) -> str:
         e = self.engine
@@ -581,52 +423,6 @@ def _lag_buckets(per_bucket: Sequence[int]) -> list[str]:
         le = "+Inf" if bound == math.inf else repr(bound)
         lines.append(f'inferledger_sim_publish_lag_seconds_bucket{{le="{le}"}} {total}')
     return lines
-
-
-class _Closing:
-    """A streamed body that reports when waitress is done with it (finished or disconnected)."""
-
-    def __init__(self, body: Iterator[bytes], on_close: Callable[[], None]) -> None:
-        self._body = body
-        self._on_close = on_close
-        self._closed = False
-
-    def __iter__(self) -> Iterator[bytes]:
-        return self._body
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        try:
-            close = getattr(self._body, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self._on_close()
-
-
-_KNOWN_PATHS = frozenset(
-    {"/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics", "/version"}
-)
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-_STATUS_LINES = {
-    200: "200 OK",
-    400: "400 Bad Request",
-    404: "404 Not Found",
-    405: "405 Method Not Allowed",
-    413: "413 Payload Too Large",
-    500: "500 Internal Server Error",
-    503: "503 Service Unavailable",
-}
-
-
-def _json_response(status: int, obj: Any) -> tuple[int, list, bytes]:
-    return status, [("Content-Type", _JSON)], dumps(obj)
-
-
-def _not_found() -> tuple[int, list, bytes]:
-    return 404, [("Content-Type", _JSON)], dumps({"detail": "Not Found"})
 
 
 # --- command line -----------------------------------------------------------------------------
