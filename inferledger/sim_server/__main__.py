@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from inferledger import simulate
-from inferledger.core.errors import InferLedgerError, SettingsError
+from inferledger.cli import report_errors
 from inferledger.sim_server import serve_options_from_scenario, serve_simulation
 
 
@@ -17,16 +17,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m inferledger.sim_server")
     simulate.add_parser(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["simulate", *(sys.argv[1:] if argv is None else argv)])
-    try:
-        return serve_simulation(
+    return report_errors(
+        lambda: serve_simulation(
             serve_options_from_scenario(args, simulate.scenario_from_args(args))
         )
-    except SettingsError as exc:
-        print(f"inferledger: invalid configuration: {exc}", file=sys.stderr)
-        return 2
-    except InferLedgerError as exc:
-        print(f"inferledger: {exc}", file=sys.stderr)
-        return 2
+    )
 
 
 if __name__ == "__main__":
