@@ -6,7 +6,8 @@ spans carry the same name as resource ``service.instance.id`` (docs/cost-model.m
 A **deployment** is a named group of identical replicas (``scrape.targets[].deployment``).
 
 - :func:`sync_configured` and :func:`set_idle_policy` write the ``deployments`` table from the
-  ``deployments`` setting and the UI;
+  ``deployments`` setting and the UI (SQLAlchemy Core statements on ``ledger.schema``'s table,
+  so they run unchanged on PostgreSQL once the metadata moves there);
 - :func:`learn_replicas` reads scrapes (deployment), vLLM's ``model_name`` label and
   ``vllm:cache_config_info``, DCGM's ``modelName`` and the engine spans' ``host.name``, and writes
   the ``replicas`` table.
@@ -21,6 +22,10 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+
+from ledger.schema import deployments as deployments_table
 from models.deployment_config import (
     Deployment,
     DeploymentConfigError,
@@ -43,6 +48,14 @@ _DEPLOYMENT_COLUMNS = (
     "idle_policy",
     "environment",
 )
+#: What sync_configured compares and writes per row, after the name.
+_STORED_COLUMNS = (*_DEPLOYMENT_COLUMNS, "source")
+
+# The learned replicas table is analytic data and has no place in ledger/schema.py; _discover
+# reads just these two columns of it, named here so its statement can be built like the rest.
+_replicas = sa.table(
+    "replicas", sa.column("replica", sa.String), sa.column("deployment", sa.String)
+)
 
 
 def sync_configured(storage: Storage, deployments: Sequence[Deployment]) -> None:
@@ -55,19 +68,14 @@ def sync_configured(storage: Storage, deployments: Sequence[Deployment]) -> None
     UI) is kept. Rows that do not change keep their updated_at.
     """
     wanted = {d.name: d for d in deployments}
+    t = deployments_table
+    stored_columns = [t.c[c] for c in _STORED_COLUMNS]
 
     def write(tx: Transaction) -> None:
         stored = {
-            row[0]: row[1:]
-            for row in tx.execute(
-                "SELECT deployment, model, gpu_type, gpus_per_replica, tensor_parallel, "
-                "idle_policy, environment, source FROM deployments"
-            ).fetchall()
+            row[0]: row[1:] for row in tx.run(sa.select(t.c.deployment, *stored_columns)).fetchall()
         }
-        tx.execute(
-            "DELETE FROM deployments WHERE source = 'config' AND NOT list_contains(?, deployment)",
-            [list(wanted)],
-        )
+        tx.run(sa.delete(t).where(t.c.source == "config", t.c.deployment.not_in(list(wanted))))
         for d in wanted.values():
             old = stored.get(d.name)
             policy = d.idle_policy.value if d.idle_policy is not None else None
@@ -84,14 +92,16 @@ def sync_configured(storage: Storage, deployments: Sequence[Deployment]) -> None
             )
             if old == row:
                 continue
-            tx.execute(
-                "INSERT INTO deployments (deployment, model, gpu_type, gpus_per_replica, "
-                "tensor_parallel, idle_policy, environment, source, updated_at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, current_timestamp) "
-                "ON CONFLICT (deployment) DO UPDATE SET "
-                + ", ".join(f"{c} = excluded.{c}" for c in (*_DEPLOYMENT_COLUMNS, "source"))
-                + ", updated_at = excluded.updated_at",
-                [d.name, *row],
+            upsert = insert(t).values(
+                deployment=d.name,
+                **dict(zip(_STORED_COLUMNS, row, strict=True)),
+                updated_at=sa.func.now(),
+            )
+            tx.run(
+                upsert.on_conflict_do_update(
+                    index_elements=[t.c.deployment],
+                    set_={c: upsert.excluded[c] for c in (*_STORED_COLUMNS, "updated_at")},
+                )
             )
         _discover(tx)
 
@@ -101,10 +111,14 @@ def sync_configured(storage: Storage, deployments: Sequence[Deployment]) -> None
 def _discover(tx: Transaction) -> None:
     """A deployment row (source 'discovered') for every replica's deployment that has none, so
     the deployment list is complete and the UI can set a policy on any of them."""
-    tx.execute(
-        "INSERT INTO deployments (deployment, source) "
-        "SELECT DISTINCT coalesce(deployment, replica), 'discovered' FROM replicas "
-        "ON CONFLICT (deployment) DO NOTHING"
+    names = sa.select(
+        sa.func.coalesce(_replicas.c.deployment, _replicas.c.replica),
+        sa.cast(sa.literal("discovered"), sa.String),
+    ).distinct()
+    tx.run(
+        insert(deployments_table)
+        .from_select(["deployment", "source"], names)
+        .on_conflict_do_nothing(index_elements=[deployments_table.c.deployment])
     )
 
 
@@ -115,16 +129,19 @@ def set_idle_policy(storage: Storage, deployment: str, policy: IdlePolicy | str)
     if not isinstance(deployment, str) or not deployment.strip():
         raise DeploymentConfigError("set_idle_policy: deployment must be a non-empty name")
     value = parse_idle_policy(policy, f"idle policy of {deployment}").value
-    storage.write(
-        lambda tx: tx.execute(
-            "INSERT INTO deployments (deployment, idle_policy, source) VALUES (?, ?, 'ui') "
-            "ON CONFLICT (deployment) DO UPDATE SET idle_policy = excluded.idle_policy, "
-            "source = CASE WHEN deployments.source = 'discovered' THEN 'ui' "
-            "ELSE deployments.source END, "
-            "updated_at = get_current_timestamp()",
-            [deployment, value],
-        )
+    t = deployments_table
+    upsert = insert(t).values(deployment=deployment, idle_policy=value, source="ui")
+    stmt = upsert.on_conflict_do_update(
+        index_elements=[t.c.deployment],
+        set_={
+            "idle_policy": upsert.excluded.idle_policy,
+            "source": sa.case((t.c.source == "discovered", "ui"), else_=t.c.source),
+            # now(), not CURRENT_TIMESTAMP: DuckDB binds the bare keyword in DO UPDATE SET as
+            # a column name. Both engines give the transaction's start time.
+            "updated_at": sa.func.now(),
+        },
     )
+    storage.write(lambda tx: tx.run(stmt))
 
 
 # ---------------------------------------------------------------------------- learning

@@ -29,9 +29,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
 from inferledger.core.yaml_files import parse_yaml
+from ledger.schema import slo_targets
 from ledger.sql_steps import load_steps, run_step
 
 #: KV-cache usage (0..1) at or above which a waiting request counts as KV-bound.
@@ -320,26 +323,28 @@ def seed_slo_targets_if_empty(storage: Storage, path: str | Path | None = None) 
     targets = load_slo_targets(bundled_slo_targets_file() if path is None else path)
 
     def op(tx: Transaction) -> int:
-        row = tx.execute("SELECT count(*) FROM slo_targets").fetchone()
+        row = tx.run(sa.select(sa.func.count()).select_from(slo_targets)).fetchone()
         if row is not None and row[0]:
             return 0
-        tx.executemany(
-            "INSERT INTO slo_targets (objective, route, app, environment, stage, percentile, "
-            "target_s, effective_from, note) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [
+        # One multi-row INSERT: the file holds a handful of targets, and Transaction.run takes
+        # one statement (SQLAlchemy's executemany form has no place in it).
+        tx.run(
+            sa.insert(slo_targets).values(
                 [
-                    t.objective,
-                    t.route,
-                    t.app,
-                    t.environment,
-                    t.stage,
-                    t.percentile,
-                    t.target_s,
-                    t.effective_from,
-                    t.note,
+                    {
+                        "objective": t.objective,
+                        "route": t.route,
+                        "app": t.app,
+                        "environment": t.environment,
+                        "stage": t.stage,
+                        "percentile": t.percentile,
+                        "target_s": t.target_s,
+                        "effective_from": t.effective_from,
+                        "note": t.note,
+                    }
+                    for t in targets
                 ]
-                for t in targets
-            ],
+            )
         )
         return len(targets)
 

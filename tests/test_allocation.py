@@ -26,10 +26,6 @@ HOUR0 = 494_444 * HOUR_NS  # 2026-05-28 20:00 UTC, an hour boundary
 RATE = 0.001  # $3.60 per GPU-hour, in $ per second
 
 
-def cents(x: float) -> float:
-    return round(x, 2)
-
-
 def price(storage, kind, subject, unit, value, when="2026-01-01", deployment="", stage=None):
     set_price(
         storage, kind, subject, unit, value, when, deployment, changed_by="test",
@@ -413,8 +409,9 @@ def test_allocated_plus_idle_is_total_for_every_policy_and_slice(storage, case):
             )
             allocated = sum(c for k, c in rows if not (by == "stage" and k == "idle"))
             idle_line = sum(c for k, c in rows if by == "stage" and k == "idle")
-            assert cents(allocated + idle_line) == cents(total), (policy, by)
-            assert abs(allocated + idle_line - total) < 0.005
+            # Within half a cent, not "the same when rounded to cents": two sums of the same
+            # doubles taken in another order (DuckDB's threads) can straddle a rounding edge.
+            assert abs(allocated + idle_line - total) < 0.005, (policy, by)
         # and per hour: every hour's slices add up to that hour's total
         per_hour = storage.fetchall(
             """

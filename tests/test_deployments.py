@@ -8,6 +8,7 @@ insert_spans — the same paths a live scrape and /v1/traces take — into real 
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -395,6 +396,26 @@ def test_sync_removes_only_config_rows_and_keeps_ui_policy(storage: Storage) -> 
     # Dropping a and b from the config deletes their rows; the UI's row stays.
     sync_configured(storage, [])
     assert {k: v[:2] for k, v in deployment_rows(storage).items()} == {"c": ("ui", "usage")}
+
+
+def test_sync_keeps_updated_at_of_unchanged_rows(storage: Storage) -> None:
+    def stamps() -> dict[str, datetime]:
+        return dict(storage.fetchall("select deployment, updated_at from deployments"))
+
+    config = [Deployment("a", gpu_type="H200"), Deployment("b", tensor_parallel=2)]
+    sync_configured(storage, config)
+    before = stamps()
+    time.sleep(0.01)
+    sync_configured(storage, config)
+    assert stamps() == before  # nothing changed: nothing rewritten
+    sync_configured(storage, [config[0], Deployment("b", tensor_parallel=4)])
+    after = stamps()
+    assert after["a"] == before["a"] and after["b"] > before["b"]
+    assert deployment_rows(storage)["b"][5] == 4
+    time.sleep(0.01)
+    set_idle_policy(storage, "a", "usage")  # the UI's change stamps the row, keeps its owner
+    assert stamps()["a"] > after["a"]
+    assert deployment_rows(storage)["a"][:2] == ("config", "usage")
 
 
 def test_removed_config_deployment_with_replicas_comes_back_discovered(fleet: Storage) -> None:

@@ -646,6 +646,37 @@ def test_seed_slo_targets(storage, tmp_path):
     assert "slo.yaml" in message and "target 2" in message and "stage must be one of" in message
 
 
+def test_seed_slo_targets_writes_every_field(storage, tmp_path):
+    path = tmp_path / "slo.yaml"
+    path.write_text(
+        "effective_from: 2026-01-01\n"
+        "targets:\n"
+        "  - {objective: a, route: /a, stage: ttft, percentile: 0.95, target_s: 1.5}\n"
+        "  - {objective: b, route: /b%, app: rag, environment: prod, stage: e2e,\n"
+        "     percentile: 0.5, target_s: 3, effective_from: '2026-02-01T06:00:00+02:00',\n"
+        "     note: tighter}\n"
+    )
+    assert seed_slo_targets_if_empty(storage, path) == 2
+    rows = storage.fetchall(
+        "select objective, route, app, environment, stage, percentile, target_s, "
+        "effective_from, note from slo_targets order by target_id"
+    )
+    assert rows == [
+        ("a", "/a", None, None, "ttft", 0.95, 1.5, datetime(2026, 1, 1, tzinfo=UTC), None),
+        (
+            "b",
+            "/b%",
+            "rag",
+            "prod",
+            "e2e",
+            0.5,
+            3.0,
+            datetime(2026, 2, 1, 4, tzinfo=UTC),
+            "tighter",
+        ),
+    ]
+
+
 @pytest.mark.parametrize(
     ("entry", "complaint"),
     [
