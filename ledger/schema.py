@@ -29,6 +29,13 @@ def _when(name: str, *, nullable: bool = False, default_now: bool = False) -> sa
     )
 
 
+def _serial(name: str, sequence: str) -> sa.Column:
+    """A BIGINT primary key numbered by a sequence (the migrations create the sequence)."""
+    return sa.Column(
+        name, sa.BigInteger, primary_key=True, server_default=sa.text(f"nextval('{sequence}')")
+    )
+
+
 users = sa.Table(
     "users",
     metadata,
@@ -46,12 +53,7 @@ users = sa.Table(
 user_changes = sa.Table(
     "user_changes",
     metadata,
-    sa.Column(
-        "change_id",
-        sa.BigInteger,
-        primary_key=True,
-        server_default=sa.text("nextval('user_changes_change_id_seq')"),
-    ),
+    _serial("change_id", "user_changes_change_id_seq"),
     _when("changed_at", default_now=True),
     sa.Column("changed_by", sa.String, nullable=False),
     sa.Column("action", sa.String, nullable=False),
@@ -80,12 +82,7 @@ auth_sessions = sa.Table(
 price_book = sa.Table(
     "price_book",
     metadata,
-    sa.Column(
-        "price_id",
-        sa.BigInteger,
-        primary_key=True,
-        server_default=sa.text("nextval('price_book_price_id_seq')"),
-    ),
+    _serial("price_id", "price_book_price_id_seq"),
     sa.Column("kind", sa.String, nullable=False),
     sa.Column("subject", sa.String, nullable=False),
     sa.Column("deployment", sa.String, nullable=False, server_default=sa.text("''")),
@@ -103,12 +100,7 @@ price_book = sa.Table(
 price_book_changes = sa.Table(
     "price_book_changes",
     metadata,
-    sa.Column(
-        "change_id",
-        sa.BigInteger,
-        primary_key=True,
-        server_default=sa.text("nextval('price_book_changes_change_id_seq')"),
-    ),
+    _serial("change_id", "price_book_changes_change_id_seq"),
     _when("changed_at", default_now=True),
     sa.Column("changed_by", sa.String, nullable=False),
     sa.Column("action", sa.String, nullable=False),
@@ -142,12 +134,7 @@ deployments = sa.Table(
 slo_targets = sa.Table(
     "slo_targets",
     metadata,
-    sa.Column(
-        "target_id",
-        sa.BigInteger,
-        primary_key=True,
-        server_default=sa.text("nextval('slo_target_ids')"),
-    ),
+    _serial("target_id", "slo_target_ids"),
     sa.Column("objective", sa.String, nullable=False),
     sa.Column("route", sa.String, nullable=False),
     sa.Column("app", sa.String),

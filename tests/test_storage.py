@@ -10,6 +10,7 @@ import pytest
 
 from inferledger.core.errors import (
     ConstraintError,
+    QueryError,
     QueryTimeoutError,
     QueueFullError,
     SchemaTooNewError,
@@ -156,3 +157,31 @@ def test_with_on_an_opened_storage_does_not_open_it_again(tmp_path: Path) -> Non
         assert len(ours) == 1
         same.write(lambda cur: cur.execute("create table t (x int)"))
     assert not any(t.is_alive() for t in ours)
+
+
+def test_the_write_interface_moves_arrow_batches_and_names_engine_errors(
+    storage: Storage,
+) -> None:
+    import pyarrow as pa
+
+    storage.execute_write("CREATE TABLE batch_t (k INTEGER PRIMARY KEY, v VARCHAR)")
+    batch = pa.table({"v": ["a", "b"], "k": [1, 2]})  # columns matched by name, not position
+
+    def op(tx):
+        assert tx.append_arrow("batch_t", batch) == 2
+        tx.insert_arrow("INSERT INTO batch_t SELECT k + 10, v FROM more", {"more": batch})
+        # a read inside the transaction sees its own writes, as Arrow
+        return tx.arrow("SELECT count(*) AS n FROM batch_t").column("n").to_pylist()
+
+    assert storage.write(op) == [4]
+    # the batch's name is gone once the statement ran: nothing leaks into the next write
+    with pytest.raises(QueryError, match="more"):
+        storage.write(lambda tx: tx.execute("SELECT * FROM more"))
+    # engine errors come out as the interface's errors, reads and writes alike
+    with pytest.raises(ConstraintError):
+        storage.write(lambda tx: tx.append_arrow("batch_t", batch))
+    with pytest.raises(QueryError, match="no_such_table"):
+        storage.query("SELECT * FROM no_such_table")
+    assert not isinstance(QueryError("x"), duckdb.Error)
+    # the failed writes rolled back whole: still the four rows of the first one
+    assert storage.scalar("SELECT count(*) FROM batch_t") == 4
