@@ -3,7 +3,11 @@ and the screenshots in docs/screenshots (scripts/screenshots). Needs the `test` 
 (Playwright) and Debian's Chromium (/usr/bin/chromium); nothing here runs in `serve`.
 
 A page is **ready** when every chart on it has been drawn and no loading indicator is left:
-every `.js-plotly-plot` has its plot layer, and no `[data-dash-is-loading]` element remains.
+every `.js-plotly-plot` has its plot layer, no `[data-dash-is-loading]` element remains, and no
+Dash callback is in flight or about to start (none for :data:`QUIET_S` after the last one ended).
+Without that last rule a load could read as ready before the chart callbacks were even sent:
+the empty graphs are drawn first, with no loading mark yet, and a page of 11 callbacks (~850 ms)
+then timed at ~180 ms in some loads and not others.
 """
 
 from __future__ import annotations
@@ -86,22 +90,66 @@ def sign_in(page: Any, base_url: str, user: str, password: str) -> None:
     page.wait_for_load_state("networkidle")
 
 
+#: How long no Dash callback may be in flight before a drawn page counts as settled.
+QUIET_S = 0.25
+
+
 def time_page(page: Any, url: str, name: str, timeout_s: float = 30.0) -> PageTiming:
-    """Navigate and wait until ready; the callbacks' times as the browser saw them (loopback:
-    server time plus a fraction of a millisecond)."""
+    """Navigate and wait until ready (see the module's docstring); the callbacks' times as the
+    browser saw them (loopback: server time plus a fraction of a millisecond). The ready time
+    is when the page was first seen drawn after its last callback, not when the quiet period
+    that confirms it ended."""
     callbacks: list[float] = []
+    in_flight: set[Any] = set()
+    last_end = [time.perf_counter()]
+
+    def is_callback(request: Any) -> bool:
+        return "/_dash-update-component" in request.url
+
+    def on_request(request: Any) -> None:
+        if is_callback(request):
+            in_flight.add(request)
+
+    def on_done(request: Any) -> None:
+        if request in in_flight:
+            in_flight.discard(request)
+            last_end[0] = time.perf_counter()
 
     def on_response(response: Any) -> None:
-        if "/_dash-update-component" in response.url:
+        if is_callback(response.request):
             timing = response.request.timing
             callbacks.append(timing["responseEnd"] - timing["requestStart"])
 
-    page.on("response", on_response)
-    started = time.perf_counter()
-    page.goto(url)
-    page.wait_for_function(_READY_JS, timeout=timeout_s * 1000, polling=20)
-    ready = (time.perf_counter() - started) * 1000
-    page.remove_listener("response", on_response)
+    handlers = {
+        "request": on_request,
+        "requestfinished": on_done,
+        "requestfailed": on_done,
+        "response": on_response,
+    }
+    for event, handler in handlers.items():
+        page.on(event, handler)
+    try:
+        started = time.perf_counter()
+        page.goto(url)
+        deadline = started + timeout_s
+        drawn_at: float | None = None  # first seen drawn with nothing in flight
+        while True:
+            remaining_ms = max(1.0, (deadline - time.perf_counter()) * 1000)
+            page.wait_for_function(_READY_JS, timeout=remaining_ms, polling=20)
+            now = time.perf_counter()
+            if in_flight or (drawn_at is not None and drawn_at < last_end[0]):
+                drawn_at = None  # a callback ran since: the page is drawn again after it
+            if not in_flight and drawn_at is None:
+                drawn_at = now
+            if drawn_at is not None and now - max(last_end[0], drawn_at) >= QUIET_S:
+                ready = (drawn_at - started) * 1000
+                break
+            if now > deadline:
+                raise TimeoutError(f"{name}: callbacks still running after {timeout_s:g} s")
+            page.wait_for_timeout(20)
+    finally:
+        for event, handler in handlers.items():
+            page.remove_listener(event, handler)
     return PageTiming(name, ready, len(callbacks), max(callbacks, default=0.0))
 
 
