@@ -3,7 +3,7 @@ idle, hosted calls priced by tokens, services and review priced, rolled up into 
 
 The SQL lives in sql/marts/allocation.sql and sql/marts/spend.sql, one statement per
 ``-- step:`` marker; this module runs the steps for a window of whole hours inside one write
-transaction (the caller's cursor). Definitions: docs/cost-model.md.
+transaction (the caller's storage Transaction). Definitions: docs/cost-model.md.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Efficiency and latency marts: prefix cache, KV cache, GPU utilization, latency by stage and
 SLO targets (docs/efficiency.md; definitions in docs/cost-model.md "Efficiency").
 
-Two refreshes, each run by the mart refresher inside one write op on the writer's cursor:
+Two refreshes, each run by the mart refresher inside one write op (a storage Transaction):
 
 - :func:`refresh_cache_hours` — the metric side, from scrapes: ``mart_cache_hourly`` (hour x
   vLLM replica) and ``mart_gpu_hourly`` (hour x dcgm-exporter target). Which hours new scrapes

@@ -7,7 +7,7 @@ review) and its outcome. The views read it: ``task_outcomes`` (one row per task)
 ``outcome_economics`` (day x workflow x app x route) and ``false_economy_findings``.
 Definitions: docs/cost-model.md ("Tasks and outcomes"); details: docs/unit-economics.md.
 
-Two refreshes, both run on the writer's cursor inside the caller's transaction:
+Two refreshes, both run inside the caller's write transaction (a storage Transaction):
 
 - :func:`refresh_tasks_window` — after ``allocate_window`` for the same window: every task with
   a call or review in the window, recomputed whole from the cost marts;
