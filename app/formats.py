@@ -28,3 +28,15 @@ def seconds(value: float | None) -> str:
     if value is None:
         return "–"
     return f"{value * 1000:,.0f} ms" if value < 1 else f"{value:,.2f} s"
+
+
+def coverage_marks(estimated_cost: float, unpriced_requests: int) -> str:
+    """What a spend figure holds that was not measured (docs/cost-model.md, "Coverage"):
+    "; $X of it estimated (no GPU metrics); unpriced: N requests", or "" when all measured.
+    Every page that shows a spend total appends it, so missing data never reads as free."""
+    out = ""
+    if estimated_cost > 0:
+        out += f"; {money(estimated_cost)} of it estimated (no GPU metrics)"
+    if unpriced_requests:
+        out += f"; unpriced: {number(unpriced_requests)} requests"
+    return out

@@ -308,3 +308,59 @@ def worked_example(storage: Storage, base_ns: int) -> None:
             prompt_tokens=prompt, completion_tokens=completion,
         )  # fmt: skip
     spans.store(storage)
+
+
+#: partial_scrapes' scenario, for tests and docs/cost-model.md's coverage example.
+PARTIAL_GPU_PRICE = 3.60  # $/GPU-hour, H200
+PARTIAL_GPUS = 2  # GPUs per replica of deployment `dep`
+PARTIAL_REQUEST_S = 20.0  # each request's engine time
+PARTIAL_EVERY_S = 600.0  # one request on each replica every 10 minutes
+
+
+def partial_scrapes(
+    storage: Storage,
+    base_ns: int,
+    *,
+    hours: int = 4,
+    scraped_hours: int = 1,
+    scraped_s: int | None = None,
+    priced: bool = True,
+) -> None:
+    """A ledger whose metrics are missing for most of its traffic (issue #10, §1): requests on
+    replica `r0` of deployment `dep` (2 x H200, $3.60/GPU-hour when `priced`) every 10 minutes
+    for `hours` hours from `base_ns` (an hour start), each 20 s of engine time (1 s to first
+    token), but r0 is scraped (every 15 s) only in the last `scraped_hours` hours. Replica
+    `rx`, never scraped and so of no known deployment, serves one request per hour at minute 5:
+    it cannot be costed at all. Requests are on route /r of app a1 (r0) and a2 (rx), team t.
+    `scraped_s`, when given, scrapes only the last that many seconds instead (issue #10's
+    "busy 124 %": far more busy time than scraped time)."""
+    from ledger.deployments import sync_configured
+    from ledger.price_book import set_price
+    from models.deployment_config import Deployment
+
+    if priced:
+        set_price(storage, "gpu", "H200", "gpu_hour", PARTIAL_GPU_PRICE, "2026-01-01",
+                  changed_by="fixture", source="cli")  # fmt: skip
+    sync_configured(
+        storage,
+        [Deployment("dep", model="m", gpu_type="H200", gpus_per_replica=PARTIAL_GPUS)],
+    )
+    first_scraped_s = hours * 3600 - (scraped_s if scraped_s is not None else scraped_hours * 3600)
+    store_scrapes(
+        storage, "r0", "dep", base_ns, [float(t) for t in range(first_scraped_s, hours * 3600, 15)]
+    )
+    spans = SpanSet(base_ns)
+    starts = [(t, "r0", "a1") for t in range(30, hours * 3600, int(PARTIAL_EVERY_S))]
+    starts += [(h * 3600 + 300, "rx", "a2") for h in range(hours)]
+    for start, replica, app in starts:
+        end = start + PARTIAL_REQUEST_S
+        trace = spans.new_trace()
+        root = spans.root(trace, start - 0.5, end + 0.5, app=app, route="/r", team="t")
+        call = spans.llm_call(
+            trace, root, start - 0.1, end + 0.1, model="m", input_tokens=500, output_tokens=50,
+        )  # fmt: skip
+        spans.engine(
+            trace, call, start, end, replica=replica, queue_s=0.0, ttft_s=1.0,
+            prompt_tokens=500, completion_tokens=50,
+        )  # fmt: skip
+    spans.store(storage)

@@ -59,8 +59,9 @@ def allocate_window(
     """Recompute every cost mart for the whole hours [h0_ns, h1_ns) (Unix ns, hour-aligned).
 
     Run inside a write transaction: it replaces the window's rows of mart_request_pieces,
-    mart_replica_hours, mart_service_calls, mart_service_hours, mart_reviews and
-    mart_spend_hourly, and the mart_requests rows of every request overlapping the window.
+    mart_replica_hours, mart_coverage_hourly, mart_service_calls, mart_service_hours,
+    mart_reviews and mart_spend_hourly, and the mart_requests rows of every request
+    overlapping the window.
     """
     if h0_ns % HOUR_NS or h1_ns % HOUR_NS or h1_ns <= h0_ns:
         raise ValueError(f"window must be whole hours, got [{h0_ns}, {h1_ns})")
@@ -92,7 +93,9 @@ def estimate_gpu_seconds(storage: Storage, from_ns: int, to_ns: int) -> pa.Table
         "lookback_ns": LOOKBACK_NS,
         "gap_ns": DEFAULT_MAX_SCRAPE_GAP_NS,
     }
-    wanted = ("w_hours", "w_spans", "w_req", "w_intervals", "w_gpu_price", "w_rate", "w_sweep")
+    wanted = (
+        "w_hours", "w_spans", "w_req", "w_intervals", "w_gpu_price", "w_rate", "w_est", "w_sweep"
+    )  # fmt: skip
 
     def op(tx: Transaction) -> pa.Table:
         for step in load_steps("allocation.sql"):

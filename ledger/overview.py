@@ -30,13 +30,14 @@ retry) is folded into the per-token (then per-request) factor.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from ledger import coverage as cov
 from ledger.queries import Filters, QueryError, run
 from models import idle_policy
 
@@ -95,6 +96,8 @@ class Forecast:
     hours_left: float
     forecast: float | None
     method: str = FORECAST_METHOD
+    #: complete hours left out of the run rate because their data is incomplete (coverage)
+    excluded_hours: int = 0
 
 
 def month_bounds(now: datetime) -> tuple[datetime, datetime]:
@@ -110,9 +113,12 @@ def forecast_month_end(
     now: datetime,
     *,
     window_hours: int = RUN_RATE_HOURS,
+    excluded: Collection[datetime] = (),
 ) -> Forecast:
     """Forecast the month's spend from hourly spend (hour start, $), which should cover the
     month so far and the `window_hours` before the current hour (extra hours are ignored).
+    Hours in `excluded` (incomplete data: ledger.coverage) count neither their spend nor
+    themselves in the run rate, so a half-loaded history does not drag it down.
 
     month_to_date = Σ spend of hours in [month start, now]; run rate = Σ spend of the complete
     hours in [max(current hour − window, first hour with spend), current hour) ÷ their count;
@@ -122,20 +128,31 @@ def forecast_month_end(
     month_start, month_end = month_bounds(now)
     current_hour = now.replace(minute=0, second=0, microsecond=0)
     rows = [(_utc(h), float(c or 0.0)) for h, c in hourly]
+    skip = {_utc(h) for h in excluded}
     mtd = sum(c for h, c in rows if month_start <= h <= now)
-    with_spend = [h for h, c in rows if c != 0 and h < current_hour]
+    with_spend = [h for h, c in rows if c != 0 and h < current_hour and h not in skip]
     window_start = current_hour - timedelta(hours=window_hours)
+    any_spend = [h for h, c in rows if c != 0 and h < current_hour]
+    # incomplete hours of the window since the ledger's first spend, for the page to name
+    skipped = sum(
+        1 for h in skip if max(window_start, min(any_spend, default=h)) <= h < current_hour
+    )
     if with_spend:
         window_start = max(window_start, min(with_spend))
-    rate_hours = max(0, int((current_hour - window_start) / timedelta(hours=1)))
+    all_hours = max(0, int((current_hour - window_start) / timedelta(hours=1)))
+    rate_hours = all_hours - sum(1 for h in skip if window_start <= h < current_hour)
     hours_left = (month_end - now) / timedelta(hours=1)
-    if not with_spend or rate_hours == 0:
-        return Forecast(now, month_start, month_end, mtd, None, 0, hours_left, None)
-    spent = sum(c for h, c in rows if window_start <= h < current_hour)
+    if not with_spend or rate_hours <= 0:
+        return Forecast(
+            now, month_start, month_end, mtd, None, 0, hours_left, None, excluded_hours=skipped
+        )
+    spent = sum(c for h, c in rows if window_start <= h < current_hour and h not in skip)
     rate = spent / rate_hours
+    forecast = mtd + rate * hours_left
     return Forecast(
-        now, month_start, month_end, mtd, rate, rate_hours, hours_left, mtd + rate * hours_left
-    )
+        now, month_start, month_end, mtd, rate, rate_hours, hours_left, forecast, FORECAST_METHOD,
+        skipped,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,12 +393,25 @@ class OverviewKpis:
     output_tokens: int
     failed: int
     failure_rate: float | None
+    # failures at the levels users mean (sql/queries/overview_failures.sql): attempts (traces
+    # with an LLM call) and tasks started in the range with no successful final attempt
+    attempts: int
+    failed_attempts: int
+    attempt_failure_rate: float | None
+    tasks: int
+    failed_tasks: int
+    task_failure_rate: float | None
     ttft_p50_s: float | None
     ttft_p95_s: float | None
     e2e_p50_s: float | None
     e2e_p95_s: float | None
     gpu_util: float | None  # DCGM, 0..1
     busy_share: float | None  # ledger: GPU-seconds in prefill/decode ÷ GPU-seconds up
+    # coverage (docs/cost-model.md): the part of `spend` estimated (GPU time with no scrape
+    # behind it), the requests so costed, and the requests that could not be costed at all
+    estimated_cost: float
+    estimated_requests: int
+    unpriced_requests: int
     outcome_cost: float  # cost of the tasks started in the range (idle policy applied)
     accepted_outcomes: int
     cost_per_accepted: float | None
@@ -418,12 +448,21 @@ def overview_kpis(
         output_tokens=int(spend["output_tokens"]),
         failed=int(failures["failed"]),
         failure_rate=failures["failure_rate"],
+        attempts=int(failures["attempts"]),
+        failed_attempts=int(failures["failed_attempts"]),
+        attempt_failure_rate=failures["attempt_failure_rate"],
+        tasks=int(failures["tasks"]),
+        failed_tasks=int(failures["failed_tasks"]),
+        task_failure_rate=failures["task_failure_rate"],
         ttft_p50_s=latency.get("ttft", {}).get("p50_s"),
         ttft_p95_s=latency.get("ttft", {}).get("p95_s"),
         e2e_p50_s=latency.get("e2e", {}).get("p50_s"),
         e2e_p95_s=latency.get("e2e", {}).get("p95_s"),
         gpu_util=gpu["gpu_util_mean"],
         busy_share=gpu["busy_share"],
+        estimated_cost=float(spend["estimated_cost"]),
+        estimated_requests=int(spend["estimated_requests"]),
+        unpriced_requests=int(spend["unpriced_requests"]),
         outcome_cost=outcomes["total_cost"],
         accepted_outcomes=int(outcomes["accepted_outcomes"]),
         cost_per_accepted=outcomes["cost_per_accepted"],
@@ -437,10 +476,10 @@ def month_forecast(storage: Storage, filters: Filters, now: datetime) -> Forecas
     month_start, _ = month_bounds(now)
     current_hour = now.replace(minute=0, second=0, microsecond=0)
     since = min(month_start, current_hour - timedelta(hours=RUN_RATE_HOURS))
-    rows = run(
-        storage, "overview_hourly_spend", filters.with_(start=since, end=current_hour + HOUR)
-    ).to_pylist()
-    return forecast_month_end(((r["hour"], r["cost"]) for r in rows), now)
+    window = filters.with_(start=since, end=current_hour + HOUR)
+    rows = run(storage, "overview_hourly_spend", window).to_pylist()
+    incomplete = cov.coverage(storage, window).incomplete_hours
+    return forecast_month_end(((r["hour"], r["cost"]) for r in rows), now, excluded=incomplete)
 
 
 HOUR = timedelta(hours=1)
@@ -496,6 +535,18 @@ def movers(storage: Storage, filters: Filters, dim: str, limit: int = 8) -> list
         after = PeriodSpend(r["cost"], r["requests"], r["input_tokens"], r["retry_cost"])
         out.append(decompose(r["key"], before, after, changes.get(r["key"], ())))
     return out
+
+
+def comparable_movers(
+    storage: Storage, filters: Filters, dim: str, limit: int = 8
+) -> tuple[list[Mover], cov.Comparison]:
+    """The movers, or none when the previous period is itself incomplete (less of it scraped
+    than of the current one, or the ledger's data begins inside it): comparing with a
+    half-loaded baseline reads as growth. The comparison says why (``reason()``)."""
+    comparison = cov.compare_previous(storage, filters)
+    if not comparison.comparable:
+        return [], comparison
+    return movers(storage, filters, dim, limit), comparison
 
 
 def movers_table(found: Sequence[Mover]) -> pa.Table:
@@ -667,6 +718,11 @@ class SpendSummary:
     unshared_idle_cost: float
     requests: int
     explanation: str
+    # coverage (docs/cost-model.md): spend estimated for lack of GPU metrics, and the requests
+    # estimated or not costable at all, for the page's "estimated" and "unpriced" marks
+    estimated_cost: float = 0.0
+    estimated_requests: int = 0
+    unpriced_requests: int = 0
 
 
 def spend_summary(storage: Storage, filters: Filters) -> SpendSummary:
@@ -680,6 +736,9 @@ def spend_summary(storage: Storage, filters: Filters) -> SpendSummary:
         explanation=idle_explanation(
             filters.policy, k["cost"], k["unshared_idle_cost"], k["idle_cost"]
         ),
+        estimated_cost=float(k["estimated_cost"]),
+        estimated_requests=int(k["estimated_requests"]),
+        unpriced_requests=int(k["unpriced_requests"]),
     )
 
 

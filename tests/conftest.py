@@ -3,6 +3,7 @@ processes on loopback. Nothing of ours is mocked."""
 
 from __future__ import annotations
 
+import csv
 import os
 import re
 import signal
@@ -363,3 +364,13 @@ def choose(page: Any, dropdown: str, option: str) -> None:
     """Pick an option of a dcc.Dropdown whose label starts with `option`."""
     page.click(f"#{dropdown}")
     page.get_by_role("option", name=re.compile("^" + re.escape(option) + r"\b")).click()
+
+
+def export_rows(text: str) -> list[dict[str, str]]:
+    """The rows of a dashboard CSV download, after the "#" lines that say what it holds
+    (app/exports.py); asserts they are there, so every download states its range."""
+    lines = text.splitlines(keepends=True)
+    comments = [line for line in lines if line.startswith("#")]
+    assert comments and comments[0].startswith("# InferLedger export:"), lines[:3]
+    assert any(line.startswith("# range: ") for line in comments)
+    return list(csv.DictReader(line for line in lines if not line.startswith("#")))

@@ -329,7 +329,9 @@ def test_movers_name_a_price_change_of_their_model(marts) -> None:
 
 def test_failures_and_hourly_spend(marts) -> None:
     f = run(marts, "overview_failures", current()).to_pylist()[0]
-    assert f == {"requests": 28, "failed": 1, "failure_rate": pytest.approx(1 / 28)}
+    # the LLM-call level (attempts and tasks, added for issue #10, are H4's tests)
+    calls = {k: f[k] for k in ("requests", "failed", "failure_rate")}
+    assert calls == {"requests": 28, "failed": 1, "failure_rate": pytest.approx(1 / 28)}
     both = Filters(T0, T0 + 2 * H)
     hourly = run(marts, "overview_hourly_spend", both).to_pylist()
     assert [r["cost"] for r in hourly] == pytest.approx([4.0, 4.25])

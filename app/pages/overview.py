@@ -15,18 +15,21 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import context, palette
 from app.components import (
+    TICK_ID,
     URL_ID,
     chart,
+    choice_in_url,
     ids,
     money,
     number,
     seconds,
     stat,
-    to_csv,
     why_empty,
 )
+from app.exports import csv_download
 from app.figures import Axis, Panel, panels
 from app.filters import PRESETS, filters_from, parse
+from app.formats import coverage_marks
 from ledger import overview as ov
 from ledger.queries import Filters
 from models import idle_policy
@@ -95,7 +98,16 @@ TREND = chart(
 
 
 # --------------------------------------------------------------------------- layout
-def layout(**_kwargs: object) -> html.Div:
+MOVERS_KEY, MOVERS_DEFAULT = "by", "route"  # the movers' "By" choice, kept in the URL
+
+
+def _movers_dim(search: str | None) -> str:
+    return parse(search).choice(MOVERS_KEY, ov.MOVER_DIMENSIONS, MOVERS_DEFAULT)
+
+
+def layout(**kwargs: object) -> html.Div:
+    by = kwargs.get(MOVERS_KEY)
+    movers_by = by if by in ov.MOVER_DIMENSIONS else MOVERS_DEFAULT
     return html.Div(
         [
             html.Div(
@@ -144,10 +156,8 @@ def layout(**_kwargs: object) -> html.Div:
                                             {"label": d.title(), "value": d}
                                             for d in ov.MOVER_DIMENSIONS
                                         ],
-                                        value="route",
+                                        value=movers_by,
                                         inline=True,
-                                        persistence=True,
-                                        persistence_type="session",
                                         className="radio-row",
                                     ),
                                 ],
@@ -186,6 +196,10 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
         if f.run_rate_per_hour is not None
         else "not enough history (under one complete hour)"
     )
+    if f.excluded_hours:
+        forecast_hint += f"; {f.excluded_hours} h with incomplete data left out"
+    spend_hint = f"idle {money(k.idle_cost)} ({idle_policy.LABEL[policy].lower()})"
+    spend_hint += coverage_marks(k.estimated_cost, k.unpriced_requests)
     if k.budget.status == "none":
         budget = html.Div(
             [
@@ -208,7 +222,7 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
         stat(
             f"Spend, {label}",
             money(k.spend),
-            hint=f"idle {money(k.idle_cost)} ({idle_policy.LABEL[policy].lower()})",
+            hint=spend_hint,
             id=_id("kpi-spend"),
         ),
         stat(
@@ -236,9 +250,13 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
             id=_id("kpi-tokens"),
         ),
         stat(
-            "Failure rate",
-            _share(k.failure_rate),
-            hint="failed LLM calls ÷ LLM calls",
+            "Failed attempts / tasks",
+            f"{_share(k.attempt_failure_rate)} / {_share(k.task_failure_rate)}",
+            hint=(
+                f"{number(k.failed_attempts)} of {number(k.attempts)} attempts (traces) failed; "
+                f"{number(k.failed_tasks)} of {number(k.tasks)} tasks ended without a "
+                f"successful attempt; {number(k.failed)} LLM calls failed"
+            ),
             id=_id("kpi-failures"),
         ),
         stat(
@@ -318,17 +336,29 @@ def _movers_table(found: list[ov.Mover]) -> html.Table:
     Output(_id("movers"), "children"),
     Output(_id("movers-note"), "children"),
     Input(URL_ID, "search"),
-    Input(_id("movers-dim"), "value"),
+    Input(TICK_ID, "data"),
 )
-def _movers(search: str | None, dim: str | None) -> tuple[Any, str]:
+def _movers(search: str | None, _tick: int | None) -> tuple[Any, str]:
     filters = filters_from(search)
+    dim = _movers_dim(search)
     before = filters.start - (filters.end - filters.start)
     note = (
         f"Spend change against the previous period of the same length "
         f"({before:%Y-%m-%d %H:%M} – {filters.start:%Y-%m-%d %H:%M} UTC), split into traffic "
         f"(requests) and unit cost (context length, retries, cost per token or a price change)."
     )
-    found = ov.movers(context.storage(), filters, dim or "route")
+    found, comparison = ov.comparable_movers(context.storage(), filters, dim)
+    flag = comparison.reason()
+    if comparison.previous.first_hour is None:  # the ledger holds nothing yet: say why
+        return html.P(why_empty(filters), className="empty-state", role="status"), note
+    if flag is not None:
+        # a half-loaded baseline reads as growth: say so instead of showing its artefacts
+        return html.P(
+            f"{flag} Top movers are not shown until it is complete.",
+            className="empty-state movers-incomplete",
+            id=_id("movers-incomplete"),
+            role="status",
+        ), note
     if not found:
         return html.P(why_empty(filters), className="empty-state", role="status"), note
     return _movers_table(found), note
@@ -338,12 +368,16 @@ def _movers(search: str | None, dim: str | None) -> tuple[Any, str]:
     Output(_id("movers-csv"), "data"),
     Input(_id("movers-csv-button"), "n_clicks"),
     State(URL_ID, "search"),
-    State(_id("movers-dim"), "value"),
     prevent_initial_call=True,
 )
-def _movers_csv(_clicks: int | None, search: str | None, dim: str | None) -> dict[str, Any]:
-    found = ov.movers(context.storage(), filters_from(search), dim or "route")
-    return dcc.send_string(to_csv(ov.movers_table(found)), "inferledger-top-movers.csv")
+def _movers_csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
+    filters = filters_from(search)
+    dim = _movers_dim(search)
+    found, _ = ov.comparable_movers(context.storage(), filters, dim)
+    return csv_download(ov.movers_table(found), f"top-movers-by-{dim}", filters)
+
+
+choice_in_url(_id("movers-dim"), MOVERS_KEY, MOVERS_DEFAULT)
 
 
 # --------------------------------------------------------------------------- data panel

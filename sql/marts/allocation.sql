@@ -181,6 +181,15 @@ points as (
         on
             p.kind = 'gpu' and p.unit = 'gpu_hour' and p.subject = d.gpu_type
             and (p.deployment = '' or p.deployment = d.deployment)
+    union
+    -- an ended version (price_book.effective_to, `prices end`) stops applying there
+    select d.deployment, d.gpu_type, epoch_ns(p.effective_to) as t
+    from deps as d
+    inner join prices_effective as p
+        on
+            p.kind = 'gpu' and p.unit = 'gpu_hour' and p.subject = d.gpu_type
+            and (p.deployment = '' or p.deployment = d.deployment)
+            and p.effective_to is not null
 ),
 
 priced as (
@@ -268,23 +277,103 @@ final as (
 
 select * from final;
 
+-- step: w_scraped
+-- one row per replica x hour: seconds covered by its vLLM scrapes, up or down (each scrape
+-- covers until the next, at most the gap), for coverage (mart_coverage_hourly)
+create or replace temp table w_scraped as
+with sc as (
+    select
+        target as replica, epoch_ns(ts) as t_ns,
+        lead(epoch_ns(ts)) over (partition by target order by ts) as next_ns
+    from scrapes
+    where
+        kind = 'vllm'
+        and ts >= to_timestamp(($h0_ns - $gap_ns) // 1000000000)
+        and ts < to_timestamp(($h1_ns + $gap_ns) // 1000000000)
+),
+
+med as (
+    select replica, median(next_ns - t_ns)::bigint as med_ns
+    from sc
+    where next_ns is not null
+    group by replica
+),
+
+stretches as (
+    select
+        sc.replica, sc.t_ns as a,
+        least(coalesce(sc.next_ns, sc.t_ns + coalesce(med.med_ns, 15000000000)),
+            sc.t_ns + $gap_ns) as b
+    from sc
+    left join med on med.replica = sc.replica
+)
+
+select
+    s.replica, h.hs_ns,
+    sum(least(s.b, h.he_ns) - greatest(s.a, h.hs_ns)) / 1e9 as scraped_s
+from stretches as s
+inner join w_hours as h on s.a < h.he_ns and s.b > h.hs_ns
+group by s.replica, h.hs_ns;
+
+-- step: w_est
+-- one row per replica x hour x price segment for every replica that served a request in the
+-- window: the $/s its requests are charged while no successful scrape covers them (GPUs x
+-- the deployment's $/GPU-hour; docs/cost-model.md, "Estimated cost"). rate is NULL when the
+-- deployment has no GPU price or is unknown (a replica never scraped): that time is unpriced.
+create or replace temp table w_est as
+with reps as (
+    select distinct replica, deployment, gpus, hs_ns from w_intervals
+),
+
+final as (
+    select
+        r.replica, r.hs_ns,
+        greatest(coalesce(p.a, h.hs_ns), h.hs_ns) as a,
+        least(coalesce(p.b, h.he_ns), h.he_ns) as b,
+        r.gpus * p.price / 3600.0 as rate
+    from reps as r
+    inner join w_hours as h on h.hs_ns = r.hs_ns
+    left join w_gpu_price as p
+        on p.deployment = r.deployment and p.a < h.he_ns and p.b > h.hs_ns
+)
+
+select * from final
+where b > a;
+
 -- step: w_sweep
 -- one row per replica x hour x instant where anything starts or stops: F (dollars per unit
--- weight) and G (seconds per unit weight) accumulated up to that instant, and the stretch
--- from it to the next instant (its rate, total weight, whether busy or up)
+-- weight) and G (seconds per unit weight) accumulated up to that instant, FE and GE (the same
+-- over estimated stretches only), GU (over stretches nobody can price) and GN (over stretches
+-- with no successful scrape, estimated or not), and the stretch
+-- from it to the next instant (its rate, total weight, whether busy, up or estimated)
 create or replace temp table w_sweep as
 with ev as (
-    select replica, hs_ns, a as t, w as dw, 1 as dn, 0.0 as dr, 0 as du from w_intervals
+    select
+        replica, hs_ns, a as t, w as dw, 1 as dn, 0.0 as dr, 0 as du, 0 as dun, 0.0 as de,
+        0 as dep
+    from w_intervals
     union all
-    select replica, hs_ns, b as t, -w as dw, -1 as dn, 0.0 as dr, 0 as du from w_intervals
+    select replica, hs_ns, b as t, -w, -1, 0.0, 0, 0, 0.0, 0 from w_intervals
     union all
-    select replica, hs_ns, a as t, 0.0 as dw, 0 as dn, rate as dr, 1 as du from w_rate
+    select replica, hs_ns, a as t, 0.0, 0, rate, 1, case when priced then 0 else 1 end, 0.0, 0
+    from w_rate
     union all
-    select replica, hs_ns, b as t, 0.0 as dw, 0 as dn, -rate as dr, -1 as du from w_rate
+    select replica, hs_ns, b as t, 0.0, 0, -rate, -1, case when priced then 0 else -1 end, 0.0, 0
+    from w_rate
+    union all
+    select replica, hs_ns, a as t, 0.0, 0, 0.0, 0, 0, coalesce(rate, 0.0),
+        case when rate is null then 0 else 1 end
+    from w_est
+    union all
+    select replica, hs_ns, b as t, 0.0, 0, 0.0, 0, 0, -coalesce(rate, 0.0),
+        case when rate is null then 0 else -1 end
+    from w_est
 ),
 
 agg as (
-    select replica, hs_ns, t, sum(dw) as dw, sum(dn) as dn, sum(dr) as dr, sum(du) as du
+    select
+        replica, hs_ns, t, sum(dw) as dw, sum(dn) as dn, sum(dr) as dr, sum(du) as du,
+        sum(dun) as dun, sum(de) as de, sum(dep) as dep
     from ev
     group by replica, hs_ns, t
 ),
@@ -296,6 +385,9 @@ running as (
         sum(dn) over w as active,
         sum(dr) over w as rate,
         sum(du) over w as ups,
+        sum(dun) over w as ups_unpriced,
+        sum(de) over w as est_rate,
+        sum(dep) over w as est_priced,
         coalesce(lead(t) over (partition by replica, hs_ns order by t), t) - t as dt_ns
     from agg
     window w as (partition by replica, hs_ns order by t rows unbounded preceding)
@@ -307,33 +399,76 @@ stretches as (
         dt_ns / 1e9 as dt,
         active > 0 as busy,
         ups > 0 as is_up,
+        -- busy with no successful scrape: charged at the estimated rate when one is known
+        active > 0 and ups <= 0 and est_priced > 0 as is_est,
+        active > 0 and (
+            (ups > 0 and ups_unpriced > 0) or (ups <= 0 and est_priced <= 0)
+        ) as is_unpriced,
         -- clamp the running sums: a stretch with nobody active has rate and weight 0 exactly
-        case when ups > 0 then greatest(rate, 0) else 0 end as r,
+        case
+            when ups > 0 then greatest(rate, 0)
+            when active > 0 and est_priced > 0 then greatest(est_rate, 0)
+            else 0
+        end as r,
         case when active > 0 then dt * r / greatest(weight, 1e-12) else 0 end as d_f,
         case when active > 0 then dt / greatest(weight, 1e-12) else 0 end as d_g
     from running
 ),
 
-final as (
-    select
-        replica, hs_ns, t, dt, busy, is_up, r,
-        coalesce(sum(d_f) over w, 0) as f,
-        coalesce(sum(d_g) over w, 0) as g
+-- replica-hours with busy time that no successful scrape covers or no price prices: only
+-- they need the FE, GE, GU and GN sums (a fully scraped fleet has almost none, and the sweep
+-- is the costliest step of a refresh)
+flagged as (
+    select distinct replica, hs_ns
     from stretches
+    where active > 0 and (ups <= 0 or ups_unpriced > 0)
+),
+
+covered as (
+    select
+        replica, hs_ns, t, dt, busy, is_up, is_est, is_unpriced, r,
+        coalesce(sum(d_f) over w, 0) as f,
+        coalesce(sum(d_g) over w, 0) as g,
+        0.0 as fe, 0.0 as ge, 0.0 as gu, 0.0 as gn
+    from stretches
+    anti join flagged using (replica, hs_ns)
+    window w as (
+        partition by replica, hs_ns order by t rows between unbounded preceding and 1 preceding
+    )
+),
+
+uncovered as (
+    select
+        replica, hs_ns, t, dt, busy, is_up, is_est, is_unpriced, r,
+        coalesce(sum(d_f) over w, 0) as f,
+        coalesce(sum(d_g) over w, 0) as g,
+        coalesce(sum(case when is_est then d_f else 0 end) over w, 0) as fe,
+        coalesce(sum(case when is_est then d_g else 0 end) over w, 0) as ge,
+        coalesce(sum(case when is_unpriced then d_g else 0 end) over w, 0) as gu,
+        coalesce(sum(case when not is_up then d_g else 0 end) over w, 0) as gn
+    from stretches
+    semi join flagged using (replica, hs_ns)
     window w as (
         partition by replica, hs_ns order by t rows between unbounded preceding and 1 preceding
     )
 )
 
-select * from final;
+select * from covered
+union all
+select * from uncovered;
 
 -- step: w_pieces
--- one row per engine request x stage x hour: its GPU-seconds and cost, w x (F(b) - F(a))
+-- one row per engine request x stage x hour: its GPU-seconds and cost, w x (F(b) - F(a)),
+-- and the parts of them estimated (no successful scrape) or not costable
 create or replace temp table w_pieces as
 select
     i.trace_id, i.span_id, i.hs_ns, i.hour, i.deployment, i.replica, i.stage,
     i.w * (sb.g - sa.g) * i.gpus as gpu_s,
-    i.w * (sb.f - sa.f) as cost
+    i.w * (sb.f - sa.f) as cost,
+    i.w * (sb.ge - sa.ge) * i.gpus as est_gpu_s,
+    i.w * (sb.fe - sa.fe) as est_cost,
+    i.w * (sb.gu - sa.gu) * i.gpus as unpriced_gpu_s,
+    i.w * (sb.gn - sa.gn) * i.gpus as uncovered_gpu_s
 from w_intervals as i
 inner join w_sweep as sa on sa.replica = i.replica and sa.hs_ns = i.hs_ns and sa.t = i.a
 inner join w_sweep as sb on sb.replica = i.replica and sb.hs_ns = i.hs_ns and sb.t = i.b;
@@ -346,14 +481,20 @@ with sweep as (
         replica, hs_ns,
         sum(dt) filter (where is_up) as up_s,
         sum(dt) filter (where is_up and busy) as busy_s,
+        sum(dt) filter (where is_est) as est_s,
+        sum(dt) filter (where is_unpriced and not is_up) as unpriced_s,
         sum(dt * r) as total_cost,
+        sum(dt * r) filter (where is_est) as est_cost,
         sum(dt * r) filter (where not busy) as idle_cost
     from w_sweep
     group by replica, hs_ns
 ),
 
 pieces as (
-    select replica, hs_ns, sum(cost) as usage_cost, sum(gpu_s) as usage_gpu_s
+    -- usage GPU-seconds inside scraped up time only, so that usage_gpu_s <= gpu_s
+    select
+        replica, hs_ns, sum(cost) as usage_cost,
+        sum(gpu_s - uncovered_gpu_s) as usage_gpu_s
     from w_pieces
     group by replica, hs_ns
 ),
@@ -372,12 +513,16 @@ final as (
         coalesce(rt.gpus, dr.gpus, 1) as gpus,
         coalesce(s.up_s, 0) as up_s,
         coalesce(s.busy_s, 0) as busy_s,
+        coalesce(s.est_s, 0) as est_s,
+        coalesce(s.unpriced_s, 0) as unpriced_s,
         coalesce(s.total_cost, 0) as total_cost,
+        coalesce(s.est_cost, 0) as est_cost,
         coalesce(s.total_cost, 0) - coalesce(s.idle_cost, 0) as usage_cost,
         coalesce(s.idle_cost, 0) as idle_cost,
         coalesce(rt.gpus, dr.gpus, 1) * coalesce(s.up_s, 0) as gpu_s,
         coalesce(p.usage_gpu_s, 0) as usage_gpu_s,
-        coalesce(rt.priced, false) as priced,
+        -- an hour with no up time is priced when all its busy time could be estimated
+        coalesce(rt.priced, coalesce(s.unpriced_s, 0) = 0) as priced,
         coalesce(dr.idle_policy, 'separate') as idle_policy,
         s.hs_ns
     from sweep as s
@@ -417,6 +562,7 @@ counted as (
 final as (
     select
         c.trace_id, c.span_id, c.hour, c.deployment, c.replica, c.stage, c.gpu_s, c.cost,
+        c.est_gpu_s, c.est_cost, c.unpriced_gpu_s,
         case
             when u.usage_cost > 0 then coalesce(d.idle_cost, 0) * c.cost / u.usage_cost else 0
         end as idle_usage,
@@ -438,7 +584,7 @@ delete from mart_request_pieces where hour in (select hour from w_hours);
 -- step: insert_pieces
 insert into mart_request_pieces by name
 select trace_id, span_id, hour, deployment, replica, stage, gpu_s, cost, idle_usage, idle_even,
-    idle_configured
+    idle_configured, est_gpu_s, est_cost, unpriced_gpu_s
 from w_pieces_shared;
 
 -- step: store_replica_hours
@@ -447,7 +593,7 @@ delete from mart_replica_hours where hour in (select hour from w_hours);
 -- step: insert_replica_hours
 insert into mart_replica_hours by name
 select hour, replica, deployment, gpus, up_s, busy_s, total_cost, usage_cost, idle_cost, gpu_s,
-    usage_gpu_s, priced
+    usage_gpu_s, priced, est_s, est_cost, unpriced_s
 from w_replica_hours;
 
 -- step: w_requests_costed
@@ -463,7 +609,10 @@ with pieces as (
         sum(p.cost) filter (where p.stage = 'decode') as decode_cost,
         sum(p.idle_usage) as idle_usage_cost,
         sum(p.idle_even) as idle_even_cost,
-        sum(p.idle_configured) as idle_configured_cost
+        sum(p.idle_configured) as idle_configured_cost,
+        sum(p.est_gpu_s) as est_gpu_s,
+        sum(p.est_cost) as est_cost,
+        sum(p.unpriced_gpu_s) as unpriced_gpu_s
     from mart_request_pieces as p
     semi join w_req as r on r.trace_id = p.trace_id and r.span_id = p.span_id
     group by p.trace_id, p.span_id
@@ -508,7 +657,18 @@ final as (
             as decode_cost,
         coalesce(p.idle_usage_cost, 0) as idle_usage_cost,
         coalesce(p.idle_even_cost, 0) as idle_even_cost,
-        coalesce(p.idle_configured_cost, 0) as idle_configured_cost
+        coalesce(p.idle_configured_cost, 0) as idle_configured_cost,
+        -- never $0 without a mark: time on a replica with no scrape is estimated, and what
+        -- cannot be costed at all (no price, no GPU size, no replica named) is unpriced
+        case
+            when r.engine_span_id is null and tp.p_in is null and tp.p_out is null
+                then 'unpriced'
+            when r.engine_span_id is not null
+                and (r.replica is null or coalesce(p.unpriced_gpu_s, 0) > 0) then 'unpriced'
+            when coalesce(p.est_gpu_s, 0) > 0 then 'estimated'
+            else 'measured'
+        end as cost_basis,
+        coalesce(p.est_cost, 0) as estimated_cost
     from w_req as r
     left join pieces as p on p.trace_id = r.trace_id and p.span_id = r.span_id
     left join token_prices as tp on tp.trace_id = r.trace_id and tp.span_id = r.span_id
@@ -539,5 +699,105 @@ select
         then greatest((e_end_ns - e_start_ns) / 1e9 - latency_ttft_s, 0) / (output_tokens - 1)
     end as tpot_s,
     e2e_s, prefill_gpu_s, decode_gpu_s, prefill_cost, decode_cost, idle_usage_cost,
-    idle_even_cost, idle_configured_cost
+    idle_even_cost, idle_configured_cost, cost_basis, estimated_cost
 from w_requests_costed;
+
+-- step: w_coverage
+-- one row per deployment x hour of the window with a replica expected, scraped or busy: how
+-- much of the time its replicas ran was scraped, and the requests that ran without a scrape
+create or replace temp table w_coverage as
+with lifetimes as (
+    -- a replica is expected to run from its first to its last successful scrape
+    select
+        dr.replica, dr.deployment, h.hs_ns,
+        (least(epoch_ns(dr.last_seen), h.he_ns) - greatest(epoch_ns(dr.first_seen), h.hs_ns))
+        / 1e9 as lifetime_s
+    from deployment_replicas as dr
+    inner join w_hours as h
+        on epoch_ns(dr.first_seen) < h.he_ns and epoch_ns(dr.last_seen) > h.hs_ns
+),
+
+replica_hours as (
+    select replica, hs_ns from lifetimes
+    union
+    select replica, hs_ns from w_scraped
+    union
+    select replica, hs_ns from w_replica_hours
+),
+
+per_replica as (
+    select
+        k.replica, k.hs_ns,
+        coalesce(rh.deployment, l.deployment, dr.deployment, k.replica) as deployment,
+        coalesce(sc.scraped_s, 0) as scraped_s,
+        coalesce(rh.up_s, 0) as up_s,
+        coalesce(rh.est_s, 0) as est_s,
+        coalesce(rh.unpriced_s, 0) as unpriced_s,
+        -- the lifetime, widened to cover busy time that no scrape saw
+        greatest(
+            coalesce(l.lifetime_s, 0),
+            coalesce(sc.scraped_s, 0),
+            coalesce(rh.up_s, 0) + coalesce(rh.est_s, 0) + coalesce(rh.unpriced_s, 0)
+        ) as expected_s
+    from replica_hours as k
+    left join lifetimes as l on l.replica = k.replica and l.hs_ns = k.hs_ns
+    left join w_scraped as sc on sc.replica = k.replica and sc.hs_ns = k.hs_ns
+    left join w_replica_hours as rh on rh.replica = k.replica and rh.hs_ns = k.hs_ns
+    left join deployment_replicas as dr on dr.replica = k.replica
+),
+
+per_request as (
+    select
+        hs_ns, deployment, trace_id, span_id,
+        bool_or(uncovered_gpu_s > 0) as uncovered,
+        bool_or(unpriced_gpu_s > 0) as unpriced,
+        sum(est_cost) as est_cost
+    from w_pieces
+    group by hs_ns, deployment, trace_id, span_id
+),
+
+requests as (
+    select
+        hs_ns, deployment,
+        count(*) as requests,
+        count(*) filter (where uncovered) as uncovered_requests,
+        count(*) filter (where unpriced) as unpriced_requests,
+        sum(est_cost) as estimated_cost
+    from per_request
+    group by hs_ns, deployment
+),
+
+deployments as (
+    select
+        hs_ns, deployment,
+        count(*) as replicas,
+        sum(expected_s) as expected_s,
+        sum(least(scraped_s, expected_s)) as scraped_s,
+        sum(up_s) as up_s,
+        sum(est_s) as est_s,
+        sum(unpriced_s) as unpriced_s
+    from per_replica
+    group by hs_ns, deployment
+),
+
+final as (
+    select
+        h.hour, d.deployment, d.replicas, d.expected_s, d.scraped_s, d.up_s, d.est_s,
+        d.unpriced_s,
+        coalesce(r.requests, 0) as requests,
+        coalesce(r.uncovered_requests, 0) as uncovered_requests,
+        coalesce(r.estimated_cost, 0) as estimated_cost,
+        coalesce(r.unpriced_requests, 0) as unpriced_requests
+    from deployments as d
+    inner join w_hours as h on h.hs_ns = d.hs_ns
+    left join requests as r on r.hs_ns = d.hs_ns and r.deployment = d.deployment
+)
+
+select * from final;
+
+-- step: store_coverage
+delete from mart_coverage_hourly where hour in (select hour from w_hours);
+
+-- step: insert_coverage
+insert into mart_coverage_hourly by name
+select * from w_coverage;

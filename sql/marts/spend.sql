@@ -239,7 +239,8 @@ gpu_pieces as (
     select
         p.hour, r.environment, r.app, r.team, r.route, r.workflow, r.model, p.deployment,
         p.stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
-        p.cost as c_sep, p.cost as c_use, p.cost as c_even, p.cost as c_conf
+        p.cost as c_sep, p.cost as c_use, p.cost as c_even, p.cost as c_conf,
+        p.est_cost as est, 0 as est_req, 0 as unp_req
     from mart_request_pieces as p
     inner join mart_requests as r on r.trace_id = p.trace_id and r.span_id = p.span_id
     where p.hour in (select hour from w_hours)
@@ -250,7 +251,7 @@ idle_shares as (
         p.hour, r.environment, r.app, r.team, r.route, r.workflow, r.model, p.deployment,
         'idle' as stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         0.0 as c_sep, p.idle_usage as c_use, p.idle_even as c_even,
-        p.idle_configured as c_conf
+        p.idle_configured as c_conf, 0.0 as est, 0 as est_req, 0 as unp_req
     from mart_request_pieces as p
     inner join mart_requests as r on r.trace_id = p.trace_id and r.span_id = p.span_id
     where p.hour in (select hour from w_hours)
@@ -261,7 +262,7 @@ token_priced as (
         hour, environment, app, team, route, workflow, model, deployment, 'prefill' as stage,
         0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         prefill_cost as c_sep, prefill_cost as c_use, prefill_cost as c_even,
-        prefill_cost as c_conf
+        prefill_cost as c_conf, 0.0 as est, 0 as est_req, 0 as unp_req
     from req
     where engine_span_id is null
     union all
@@ -269,7 +270,7 @@ token_priced as (
         hour, environment, app, team, route, workflow, model, deployment, 'decode' as stage,
         0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         decode_cost as c_sep, decode_cost as c_use, decode_cost as c_even,
-        decode_cost as c_conf
+        decode_cost as c_conf, 0.0 as est, 0 as est_req, 0 as unp_req
     from req
     where engine_span_id is null
 ),
@@ -280,7 +281,9 @@ counts as (
         1 as requests, case when failed then 1 else 0 end as failed_requests,
         coalesce(input_tokens, 0) as input_tokens,
         coalesce(output_tokens, 0) as output_tokens,
-        0.0 as c_sep, 0.0 as c_use, 0.0 as c_even, 0.0 as c_conf
+        0.0 as c_sep, 0.0 as c_use, 0.0 as c_even, 0.0 as c_conf, 0.0 as est,
+        case when cost_basis = 'estimated' then 1 else 0 end as est_req,
+        case when cost_basis = 'unpriced' then 1 else 0 end as unp_req
     from req
 ),
 
@@ -288,7 +291,8 @@ services as (
     select
         hour, environment, app, team, route, workflow, null as model, null as deployment,
         stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
-        cost as c_sep, cost as c_use, cost as c_even, cost as c_conf
+        cost as c_sep, cost as c_use, cost as c_even, cost as c_conf, 0.0 as est, 0 as est_req,
+        0 as unp_req
     from mart_service_calls
     where hour in (select hour from w_hours)
 ),
@@ -299,7 +303,7 @@ service_idle as (
         null as workflow, null as model, null as deployment, stage,
         0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
         unattributed as c_sep, unattributed as c_use, unattributed as c_even,
-        unattributed as c_conf
+        unattributed as c_conf, 0.0 as est, 0 as est_req, 0 as unp_req
     from w_service_hours
     where unattributed > 0
 ),
@@ -308,7 +312,8 @@ reviews as (
     select
         hour, environment, app, team, route, workflow, null as model, null as deployment,
         'review' as stage, 0 as requests, 0 as failed_requests, 0 as input_tokens, 0 as output_tokens,
-        cost as c_sep, cost as c_use, cost as c_even, cost as c_conf
+        cost as c_sep, cost as c_use, cost as c_even, cost as c_conf, 0.0 as est, 0 as est_req,
+        0 as unp_req
     from mart_reviews
     where hour in (select hour from w_hours)
 ),
@@ -344,7 +349,8 @@ idle_left as (
             case when coalesce(u.usage_cost, 0) > 0 then 0 else d.idle_cost end,
             case when coalesce(u.pieces, 0) > 0 then 0 else d.idle_cost end,
             d.idle_cost
-        ) as c_conf
+        ) as c_conf,
+        0.0 as est, 0 as est_req, 0 as unp_req
     from dep_hours as d
     left join dep_usage as u on u.hour = d.hour and u.deployment = d.deployment
     left join (
@@ -373,6 +379,9 @@ select
     sum(c_sep) as cost_separate,
     sum(c_use) as cost_usage,
     sum(c_even) as cost_even,
-    sum(c_conf) as cost_configured
+    sum(c_conf) as cost_configured,
+    sum(est) as estimated_cost,
+    sum(est_req) as estimated_requests,
+    sum(unp_req) as unpriced_requests
 from everything
 group by all;

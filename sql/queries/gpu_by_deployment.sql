@@ -1,7 +1,9 @@
 -- one row per deployment: GPU time, DCGM utilization beside the estimator's usage share and
 -- tokens per GPU-hour, KV-cache occupancy (mean, p50, p90, max), KV- and compute-bound
 -- waiting, preemptions per 1k requests, prefix-cache hit rate and prefill cost saved, cost per
--- 1M prompt and generation tokens, usage and idle cost, over the hours [$start, $end)
+-- 1M prompt and generation tokens, usage and idle cost, over the hours [$start, $end); of the
+-- total cost, what is estimated (busy hours with no scrape: estimated_h) and the busy hours
+-- nothing could price (unpriced_h; docs/cost-model.md, "Coverage")
 -- From cache_efficiency (formulas: docs/efficiency.md), rolled up by summing and dividing again.
 -- The environment and model filters select deployments (deployment_replicas); the marts have
 -- no team, app or route. p50/p90 come from the summed 1 % histogram: the exact time-weighted
@@ -85,7 +87,10 @@ sums as (
         1e6 * sum(decode_cost) / nullif(sum(output_tokens), 0) as cost_per_1m_generation_tokens,
         coalesce(sum(usage_cost), 0) as usage_cost,
         coalesce(sum(idle_cost), 0) as idle_cost,
-        coalesce(sum(total_cost), 0) as total_cost
+        coalesce(sum(total_cost), 0) as total_cost,
+        coalesce(sum(est_cost), 0) as estimated_cost,
+        coalesce(sum(est_s), 0) / 3600 as estimated_h,
+        coalesce(sum(unpriced_s), 0) / 3600 as unpriced_h
     from hours
     group by deployment
 ),
@@ -99,7 +104,7 @@ final as (
         s.requests_finished, s.preemptions, s.preemptions_per_1k,
         s.prefix_hit_rate, s.prefill_cost_saved,
         s.cost_per_1m_prompt_tokens, s.cost_per_1m_generation_tokens,
-        s.usage_cost, s.idle_cost, s.total_cost
+        s.usage_cost, s.idle_cost, s.total_cost, s.estimated_cost, s.estimated_h, s.unpriced_h
     from sums as s
     left join kv_percentiles as p on p.deployment = s.deployment
 )

@@ -1,5 +1,6 @@
 -- one row: DCGM GPU utilization (time-weighted over GPU-seconds, mart_gpu_hourly) and the
--- ledger's busy share (GPU-seconds in prefill or decode ÷ GPU-seconds up, mart_replica_hours)
+-- ledger's busy share (GPU-seconds in prefill or decode ÷ GPU-seconds up, mart_replica_hours;
+-- both over scraped up time only, so it is at most 1: docs/cost-model.md, "Coverage")
 -- over [$start, $end), of every deployment, or with a filter set, of the deployments that served
 -- the requests matching it
 with served as (

@@ -103,7 +103,10 @@ replica_costs as (
         sum(usage_gpu_s) as usage_gpu_s,
         sum(total_cost) as total_cost,
         sum(usage_cost) as usage_cost,
-        sum(idle_cost) as idle_cost
+        sum(idle_cost) as idle_cost,
+        sum(est_s) as est_s,
+        sum(est_cost) as est_cost,
+        sum(unpriced_s) as unpriced_s
     from mart_replica_hours
     group by hour, deployment
 ),
@@ -170,7 +173,12 @@ final as (
         3600 * r.generation_tokens / nullif(c.gpu_s, 0) as generation_tokens_per_gpu_hour,
         c.total_cost,
         c.usage_cost,
-        c.idle_cost
+        c.idle_cost,
+        -- busy time with no scrape behind it: costed from size and price (part of total_cost,
+        -- not of gpu_s), or not costable (docs/cost-model.md, "Coverage")
+        c.est_s,
+        c.est_cost,
+        c.unpriced_s
     from keys as k
     left join replicas as r on r.hour = k.hour and r.deployment = k.deployment
     left join kv_percentiles as p on p.hour = k.hour and p.deployment = k.deployment

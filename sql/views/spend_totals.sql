@@ -1,10 +1,13 @@
 -- one row per hour: what was spent, added up from the priced inputs rather than from the
 -- allocation, for reconciling with the bill: GPU time up x price, hosted tokens x price,
 -- services, review. For every idle policy, sum(spend_hourly.cost) over the hour = `total`.
+-- gpu_cost includes estimated_cost: GPU time requests ran with no scrape behind them, costed
+-- from the deployment's size and price (docs/cost-model.md, "Coverage").
 with gpu as (
     select
         hour,
         sum(total_cost) as gpu_cost,
+        sum(est_cost) as estimated_cost,
         sum(gpu_s) / 3600 as gpu_hours,
         sum(idle_cost) as idle_cost
     from mart_replica_hours
@@ -45,6 +48,7 @@ final as (
     select
         h.hour,
         coalesce(g.gpu_cost, 0) as gpu_cost,
+        coalesce(g.estimated_cost, 0) as estimated_cost,
         coalesce(g.gpu_hours, 0) as gpu_hours,
         coalesce(g.idle_cost, 0) as idle_cost,
         coalesce(x.hosted_cost, 0) as hosted_cost,
