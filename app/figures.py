@@ -59,7 +59,9 @@ def style(fig: go.Figure, *, money_axis: bool = False, legend: bool = True) -> g
         legend={"orientation": "h", "y": -0.18},
     )
     if money_axis:
-        fig.update_yaxes(tickprefix="$", separatethousands=True)
+        fig.update_yaxes(
+            tickprefix="$", separatethousands=True, tickformat=MONEY_TICKS, exponentformat="none"
+        )
     fig.update_xaxes(gridcolor=palette.GRID)
     fig.update_yaxes(gridcolor=palette.GRID)
     return fig
@@ -77,7 +79,8 @@ def legend_on_top(fig: go.Figure) -> go.Figure:
 @dataclass(frozen=True, slots=True)
 class Axis:
     """An axis's title and unit: a d3 tick format (".0%"), a prefix ("$"), a suffix ("s"),
-    a log scale, a fixed range."""
+    a log scale, a fixed range. A "$" prefix without a format gets money ticks (MONEY_TICKS).
+    Cost bars use a linear scale: on a log scale $0.001 vs $0.55 looked 1:10 (issue #10)."""
 
     title: str | None = None
     format: str | None = None
@@ -96,6 +99,10 @@ class Axis:
             out["type"] = "log"
         if self.format is not None:
             out["tickformat"] = self.format
+        elif self.prefix == "$":
+            # money ticks: plain decimals ($0.001, $0.55, $1,200), never SI ("$1μ", "$2k")
+            out["tickformat"] = MONEY_TICKS
+            out["exponentformat"] = "none"
         if self.prefix is not None:
             out["tickprefix"] = self.prefix
         if self.suffix is not None:
@@ -109,6 +116,8 @@ class Axis:
 
 #: Shares of a whole (0..1) shown as whole percents.
 SHARE = ".0%"
+#: Money on an axis: thousands separated, up to 4 decimals with trailing zeros trimmed.
+MONEY_TICKS = ",.4~f"
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,6 +134,12 @@ def first_load_params(storage: Storage, filters: Filters) -> dict[str, Any]:
         "trace_id": trace_id,
         "span_id": span_id,
         "task_key": task_key,
+        "workflow": storage.scalar(
+            "select workflow from mart_tasks where workflow is not null "
+            "group by 1 order by count(*) desc limit 1"
+        ),
+        "window_s": 300,  # replica_windows: models/rightsizing.WINDOW_S
+        "max_gap_s": 300.0,  # a gauge sample stands for at most this long (ledger/efficiency)
         **window,
     }
 

@@ -14,6 +14,7 @@ import pytest
 from app import palette
 from app.figures import (
     KEY_HOVER,
+    MONEY_TICKS,
     SHARE,
     Axis,
     Column,
@@ -159,7 +160,10 @@ def test_series_of_names_each_series_in_its_hover() -> None:
     [
         (Axis(), {}),
         (Axis("USD per 1M (log)", prefix="$", log=True), {"title_text": "USD per 1M (log)",
-                                                          "type": "log", "tickprefix": "$"}),
+                                                          "type": "log", "tickprefix": "$",
+                                                          "tickformat": MONEY_TICKS,
+                                                          "exponentformat": "none"}),
+        (Axis(prefix="$", format=",.2f"), {"tickprefix": "$", "tickformat": ",.2f"}),
         (Axis(format=".0%", range=(0, 1)), {"tickformat": ".0%", "range": [0, 1]}),
         (Axis("ms", suffix=" ms", from_zero=True), {"title_text": "ms", "ticksuffix": " ms",
                                                     "rangemode": "tozero"}),
@@ -270,3 +274,35 @@ def test_the_waterfall_colours_each_category_and_outlines_the_critical_path() ->
     assert labels["tool"]["text"].startswith("✖ ")
     assert labels["retrieve"]["font"]["color"] == palette.INK
     assert "ms" in fig["layout"]["xaxis"]["title"]["text"]  # the unit of the time axis
+
+
+def test_cost_bars_are_linear_with_money_ticks() -> None:
+    """Issue #10: on a log scale $0.001 vs $0.55 looked 1:10 and ticks read "$1μ". The cost
+    per accepted outcome bars are linear from zero, with plain-decimal money ticks."""
+    import dash
+    import plotly.io as pio
+    import pyarrow as pa
+
+    dash.Dash("figures-test", use_pages=True, pages_folder="")  # pages register on an app
+    from app.pages.economics import _cost_per_accepted_figure
+
+    table = pa.table(
+        {
+            "key": ["cheap", "dear"],
+            "cost_per_accepted": [0.001, 0.55],
+            "tasks": [10, 10],
+            "accepted_outcomes": [9, 9],
+            "total_cost": [0.009, 4.95],
+            "acceptance_rate": [0.9, 0.9],
+        }
+    )
+    fig = _cost_per_accepted_figure("Workflow")(table, None)
+    x = fig.layout.xaxis
+    assert x.type in (None, "linear") and x.rangemode == "tozero"
+    assert x.tickformat == MONEY_TICKS and x.exponentformat == "none"
+    # the bar lengths are the values themselves: 0.55 is 550 times 0.001, not "1:10"
+    (bars,) = fig.data
+    assert list(bars.x) == [0.001, 0.55]
+    # d3's format (what Plotly uses) writes these ticks as plain decimals
+    spec = pio.to_json(fig)
+    assert '"tickformat":",.4~f"' in spec.replace(" ", "")

@@ -4,15 +4,13 @@ views' (outcome_economics), and a chart's CSV is exactly what it plots."""
 
 from __future__ import annotations
 
-import csv
-import io
 import math
 from pathlib import Path
 
 import pytest
 
 from app.components import money
-from tests.conftest import whole_days
+from tests.conftest import export_rows, whole_days
 
 pytestmark = pytest.mark.browser
 
@@ -39,7 +37,7 @@ def download_csv(page, graph_id: str, tmp_path: Path) -> list[dict[str, str]]:
         page.click(f"#{graph_id}-csv-button")
     target = tmp_path / info.value.suggested_filename
     info.value.save_as(target)
-    return list(csv.DictReader(io.StringIO(target.read_text())))
+    return export_rows(target.read_text())
 
 
 def test_cost_per_accepted_outcome_matches_outcome_economics(

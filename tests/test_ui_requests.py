@@ -19,28 +19,49 @@ from tests.conftest import choose
 
 pytestmark = pytest.mark.browser
 
-ROWS = "#requests-table tr:has(td.dash-cell)"
+GRID = "#requests-grid"
 COST = "prefill_cost + decode_cost + idle_configured_cost"  # the default idle policy
+ROWS = f"{GRID} .ag-center-cols-container .ag-row[row-index]"
+
+
+def grid_data(page, first: int = 0, count: int = 100) -> list[dict]:
+    """The rows the grid holds at indexes [first, first + count), in order (loaded blocks)."""
+    return page.evaluate(
+        """([first, count]) => {
+            const api = dash_ag_grid.getApi('requests-grid');
+            const out = [];
+            for (let i = first; i < first + count; i++) {
+                const node = api.getDisplayedRowAtIndex(i);
+                if (!node || !node.data) break;
+                out.push(node.data);
+            }
+            return out;
+        }""",
+        [first, count],
+    )
+
+
+def wait_rows(page, first: int, key: str, value) -> None:
+    """Until the grid's row `first` is loaded and its `key` is `value`."""
+    page.wait_for_function(
+        """([first, key, value]) => {
+            const api = window.dash_ag_grid && dash_ag_grid.getApi('requests-grid');
+            const node = api && api.getDisplayedRowAtIndex(first);
+            return !!(node && node.data && node.data[key] === value);
+        }""",
+        arg=[first, key, value],
+        timeout=15_000,
+    )
 
 
 def cells(page, column: str) -> list[str]:
-    return page.locator(f'#requests-table td[data-dash-column="{column}"]').all_inner_texts()
-
-
-def trace_ids(page) -> list[str]:
-    links = page.locator('#requests-table td[data-dash-column="trace"] a')
-    return [
-        h.split("/trace/")[1].split("?")[0]
-        for h in links.evaluate_all("els => els.map(e => e.getAttribute('href'))")
-    ]
-
-
-def wait_first_cell(page, column: str, text: str) -> None:
-    page.wait_for_function(
-        "([c, t]) => document.querySelector("
-        "`#requests-table td[data-dash-column='${c}']`)?.innerText.trim() === t",
-        arg=[column, text],
-        timeout=10_000,
+    """The text of the rendered cells of a column, top to bottom."""
+    return page.evaluate(
+        """(col) => Array.from(document.querySelectorAll(
+                '#requests-grid .ag-center-cols-container .ag-row[row-index]'))
+            .sort((a, b) => a.getAttribute('row-index') - b.getAttribute('row-index'))
+            .map(r => r.querySelector(`.ag-cell[col-id="${col}"]`)?.innerText.trim())""",
+        column,
     )
 
 
@@ -53,8 +74,12 @@ def wait_total(page, n: int) -> None:
     )
 
 
+def row_count(page) -> int:
+    return page.evaluate("() => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount()")
+
+
 def usd(text: str) -> float:
-    return float(text.replace("$", "").replace(",", ""))
+    return float(text.split()[0].replace("$", "").replace(",", ""))
 
 
 def test_explorer_pages_and_sorts_on_the_server(ledger_server, page) -> None:
@@ -62,35 +87,58 @@ def test_explorer_pages_and_sorts_on_the_server(ledger_server, page) -> None:
     total = storage.scalar("select count(*) from mart_requests")
     assert total > 1000  # the demo's ~3,000 requests
 
+    page.set_viewport_size({"width": 1280, "height": 900})
     page.goto(ledger_server.url + "/requests")
     wait_total(page, total)
-    assert f"page 1 of {-(-total // 25):,}" in page.inner_text("#requests-total")
-    # only one page of rows reached the browser, newest first, as mart_requests has them
-    assert page.locator(ROWS).count() == 25
     newest = storage.fetchall(
         "select trace_id, strftime(start_time, '%Y-%m-%d %H:%M:%S') from mart_requests "
-        "order by start_ns desc, span_id limit 50"
+        "order by start_ns desc, span_id limit 200"
     )
-    assert trace_ids(page) == [r[0] for r in newest[:25]]
-    assert cells(page, "start_time") == [r[1] for r in newest[:25]]
+    wait_rows(page, 0, "trace_id", newest[0][0])
+    # one block of rows reached the browser, newest first, as mart_requests has them
+    assert [r["trace_id"] for r in grid_data(page, 0, 200)] == [r[0] for r in newest[:100]]
+    assert row_count(page) == total  # the server's count: the scroll bar spans every row
+    shown = cells(page, "start_time")
+    assert 5 <= len(shown) < 100 and shown == [r[1] for r in newest[: len(shown)]]
+    # the cost column is on screen at 1280 px, with no horizontal scroll bar
+    box = page.locator(f'{GRID} .ag-header-cell[col-id="cost"]').bounding_box()
+    assert box and box["x"] >= 0 and box["x"] + box["width"] <= 1280
+    assert page.evaluate(
+        "() => { const v = document.querySelector('#requests-grid .ag-center-cols-viewport');"
+        " return v.scrollWidth <= v.clientWidth + 1; }"
+    )
 
-    page.click("#requests-table button.next-page")
-    wait_first_cell(page, "start_time", newest[25][1])
-    assert page.locator(ROWS).count() == 25
-    assert trace_ids(page) == [r[0] for r in newest[25:]]
-    assert "page 2 of" in page.inner_text("#requests-total")
+    # scrolling asks the server for the next block
+    page.evaluate("() => dash_ag_grid.getApi('requests-grid').ensureIndexVisible(150)")
+    wait_rows(page, 150, "trace_id", newest[150][0])
+    assert [r["trace_id"] for r in grid_data(page, 100, 100)] == [r[0] for r in newest[100:200]]
 
-    # cost: the first click sorts ascending, the second descending (back on page 1)
+    # cost: the first click sorts descending (the dearest first), the second ascending
     costs = [r[0] for r in storage.fetchall(f"select {COST} from mart_requests order by 1")]
-    sort = '#requests-table th[data-dash-column="cost"] .column-header--sort'
-    page.click(sort)
-    wait_first_cell(page, "cost", f"${costs[0]:.5f}")
-    page.click(sort)
-    wait_first_cell(page, "cost", f"${costs[-1]:.5f}")
-    shown = [usd(t) for t in cells(page, "cost")]
-    assert shown == sorted(shown, reverse=True) and len(shown) == 25
-    assert shown == pytest.approx(costs[::-1][:25], abs=6e-6)
-    assert "page 1 of" in page.inner_text("#requests-total")
+    header = page.locator(f'{GRID} .ag-header-cell[col-id="cost"] .ag-header-cell-label')
+    header.click()
+    page.wait_for_function(
+        "v => { const n = dash_ag_grid.getApi('requests-grid').getDisplayedRowAtIndex(0);"
+        " return !!(n && n.data && Math.abs(n.data.cost - v) < 1e-12); }",
+        arg=costs[-1],
+        timeout=15_000,
+    )
+    top = [r["cost"] for r in grid_data(page, 0, 100)]
+    assert top == pytest.approx(costs[::-1][:100], abs=1e-12)
+    assert usd(cells(page, "cost")[0]) == pytest.approx(costs[-1], abs=6e-6)
+    header.click()
+    page.wait_for_function(
+        "v => { const n = dash_ag_grid.getApi('requests-grid').getDisplayedRowAtIndex(0);"
+        " return !!(n && n.data && Math.abs(n.data.cost - v) < 1e-12); }",
+        arg=costs[0],
+        timeout=15_000,
+    )
+    assert [r["cost"] for r in grid_data(page, 0, 100)] == pytest.approx(costs[:100], abs=1e-12)
+    # columns that the query cannot sort do not offer it: a click changes nothing
+    page.locator(f'{GRID} .ag-header-cell[col-id="model"] .ag-header-cell-label').click()
+    model_header = page.locator(f'{GRID} .ag-header-cell[col-id="model"]')
+    assert model_header.get_attribute("aria-sort") in (None, "none")
+    assert grid_data(page, 0, 1)[0]["cost"] == pytest.approx(costs[0], abs=1e-12)
 
 
 def test_filters_narrow_the_rows_and_the_url(ledger_server, page, tmp_path: Path) -> None:
@@ -104,9 +152,16 @@ def test_filters_narrow_the_rows_and_the_url(ledger_server, page, tmp_path: Path
     apps = storage.scalar("select count(*) from mart_requests where app = 'code-assistant'")
     assert 0 < apps < everything
     wait_total(page, apps)
-    assert set(cells(page, "app")) == {"code-assistant"}
+    page.wait_for_function(
+        "n => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === n",
+        arg=apps,
+        timeout=15_000,
+    )
+    wait_rows(page, 0, "app", "code-assistant")
+    assert {r["app"] for r in grid_data(page)} == {"code-assistant"}
     # every row's trace link keeps the filters
-    hrefs = page.locator('#requests-table td[data-dash-column="trace"] a').evaluate_all(
+    page.wait_for_selector(f'{GRID} .ag-cell[col-id="trace"] a')
+    hrefs = page.locator(f'{GRID} .ag-cell[col-id="trace"] a').evaluate_all(
         "els => els.map(e => e.getAttribute('href'))"
     )
     assert hrefs and all(h.endswith("app=code-assistant") for h in hrefs)
@@ -122,23 +177,37 @@ def test_filters_narrow_the_rows_and_the_url(ledger_server, page, tmp_path: Path
     page.fill("#requests-min-cost", repr(floor))
     page.press("#requests-min-cost", "Enter")
     wait_total(page, above)
-    assert all(usd(c) >= round(floor, 5) for c in cells(page, "cost"))
-    # the CSV holds every matching request (not just the page), with the same numbers
-    with page.expect_download(timeout=10_000) as info:
+    page.wait_for_function(
+        "n => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === n",
+        arg=above,
+        timeout=15_000,
+    )
+    data = grid_data(page)
+    assert data and all(r["cost"] >= floor for r in data)
+    # the CSV holds every matching request (no cap), with the header lines that say what it is
+    with page.expect_download(timeout=30_000) as info:
         page.click("#requests-csv-button")
+    assert info.value.suggested_filename.startswith("inferledger-requests_")
+    assert "app-code-assistant" in info.value.suggested_filename
     target = tmp_path / "requests.csv"
     info.value.save_as(target)
-    rows = list(csv.DictReader(io.StringIO(target.read_text())))
+    text = target.read_text()
+    comments = [line for line in text.splitlines() if line.startswith("#")]
+    assert comments[0] == "# InferLedger export: requests"
+    assert "# filters: app=code-assistant" in comments and f"# rows: {above}" in comments
+    rows = list(csv.DictReader(line for line in io.StringIO(text) if not line.startswith("#")))
     assert len(rows) == above
     assert {r["app"] for r in rows} == {"code-assistant"}
     assert all(float(r["cost"]) >= floor for r in rows)
-    shown = cells(page, "start_time")
-    assert [r["start_time"] for r in rows[: len(shown)]] == shown
+    assert [r["span_id"] for r in rows[: len(data)]] == [r["row_id"].split(":")[1] for r in data]
     # nothing matches: the empty state says which filter to widen
     page.fill("#requests-model", "no-such-model")
     page.press("#requests-model", "Enter")
     page.wait_for_selector("#requests-empty >> text=model contains 'no-such-model'")
-    assert page.locator(ROWS).count() == 0
+    page.wait_for_function(
+        "() => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === 0",
+        timeout=15_000,
+    )
 
 
 def test_a_row_opens_its_trace_waterfall(ledger_server, page) -> None:
@@ -148,9 +217,19 @@ def test_a_row_opens_its_trace_waterfall(ledger_server, page) -> None:
     choose(page, "requests-hosting", "Self-hosted")
     self_hosted = storage.scalar("select count(*) from mart_requests where hosting = 'self_hosted'")
     wait_total(page, self_hosted)
-    trace_id = trace_ids(page)[0]
+    page.wait_for_function(
+        "n => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === n",
+        arg=self_hosted,
+        timeout=15_000,
+    )
+    wait_rows(page, 0, "hosting", "Self-hosted")
+    trace_id = grid_data(page, 0, 1)[0]["trace_id"]
 
-    page.click('#requests-table td[data-dash-column="trace"] a >> nth=0')
+    link = page.locator(f'{GRID} .ag-row[row-index="0"] .ag-cell[col-id="trace"] a')
+    link.wait_for()
+    # the keyboard way: the link takes the focus, Enter follows it (the grid lets it through)
+    link.focus()
+    page.keyboard.press("Enter")
     page.wait_for_url(f"**/trace/{trace_id}?range=7d", timeout=10_000)
     page.wait_for_function(
         "() => document.querySelector('#trace-waterfall .js-plotly-plot')?.data?.length > 0",
@@ -261,7 +340,11 @@ def test_every_sort_key_and_filter_agrees_with_mart_requests(
     cases = [
         ({"hosting": "hosted"}, "hosting = 'hosted'"),
         ({"hosting": "self_hosted"}, "hosting = 'self_hosted'"),
-        ({"failed_only": True}, "failed"),
+        (
+            {"failed_only": True},
+            "failed or trace_id in (select trace_id from spans where parent_span_id is null"
+            " and status_code = 2)",
+        ),
         ({"model_like": "70B"}, "model ilike '%70b%'"),
         ({"min_cost": 0.01}, f"{COST} >= 0.01"),
     ]

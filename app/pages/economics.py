@@ -3,7 +3,9 @@ waste (rejected and failed tasks, failed calls), the overheads (retries, fallbac
 the false economies (requests got cheaper, accepted outcomes dearer).
 
 Numbers: sql/queries/economics_*.sql over task_outcomes and false_economy_findings
-(definitions: docs/unit-economics.md). Tasks count in the range they started in.
+(definitions: docs/unit-economics.md). Tasks count in the range they started in; the page says
+how that total differs from Spend's for the same range (economics_reconcile.sql), and compares
+the models of one workflow side by side (economics_models.sql).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import dash
-from dash import Input, Output, callback, html
+from dash import Input, Output, State, callback, dcc, html
 
 from app import context, palette
 from app.components import URL_ID, chart, ids, money, number, stat
@@ -95,7 +97,8 @@ def _cost_per_accepted_figure(label: str) -> FigureFn:
     return hbars_chart(
         "key",
         [COST_PER_ACCEPTED],
-        x=Axis("Cost per accepted outcome (USD, log scale)", prefix="$", log=True),
+        # linear: a log scale made $0.001 vs $0.55 look 1:10 (issue #10)
+        x=Axis("Cost per accepted outcome (USD)", prefix="$", from_zero=True),
         y=Axis(label),
         hover_head=f"<b>{label} %{{y}}</b><br>",
         margin={"r": 72},  # room for the value labels
@@ -185,9 +188,11 @@ def layout(**_kwargs: object) -> html.Div:
                 className="page-lead",
             ),
             html.Div(id=ID("stats"), className="stats", role="status"),
+            html.P(id=ID("reconcile"), className="page-note reconcile-note", role="status"),
             html.Div([BY_WORKFLOW, BY_ROUTE], className="economics-grid"),
             html.Div([OUTCOME_MIX, WASTE], className="economics-grid"),
             html.Div([OVERHEADS_CARD, _false_economy_card()], className="economics-grid"),
+            _models_card(),
         ],
         className="economics-page",
     )
@@ -199,7 +204,7 @@ def _false_economy_card() -> html.Section:
             html.Div(html.H2("False economies", className="card-title"), className="card-head"),
             html.P(
                 "Routes and workflows whose cost per request (or per 1M tokens) fell week over "
-                "week while cost per accepted outcome rose.",
+                "week, or across a change of model, while cost per accepted outcome rose.",
                 className="card-note",
             ),
             html.P(id=ID("findings-scope"), className="card-note scope-note"),
@@ -210,9 +215,34 @@ def _false_economy_card() -> html.Section:
     )
 
 
-@callback(Output(ID("stats"), "children"), Input(URL_ID, "search"))
-def _stats(search: str | None) -> list[html.Div]:
-    totals = run(context.storage(), "economics_totals", filters_from(search)).to_pylist()[0]
+def _reconcile_text(r: dict[str, Any]) -> str:
+    """How the tasks' total differs from Spend's for the same range, part by part."""
+    parts = [
+        (r["unattached"], "idle nobody shares and hourly services with no call (no task)"),
+        (r["before"], "tasks started before the range"),
+        (-r["after"], "these tasks' costs after the range ends"),
+        (r["other"], "calls straddling an hour at the range's edges, keys that differ"),
+    ]
+    said = [
+        f"{'+' if v >= 0 else '−'}{money(abs(v))} {label}" for v, label in parts if abs(v) >= 0.005
+    ]
+    return (
+        f"Tasks counted here: those that started in the range, {money(r['tasks_cost'])}. "
+        f"Spend for the same range and filters: {money(r['spend'])}"
+        + (f" = tasks {' '.join(said)}." if said else ", the same.")
+    )
+
+
+@callback(
+    Output(ID("stats"), "children"),
+    Output(ID("reconcile"), "children"),
+    Input(URL_ID, "search"),
+)
+def _stats(search: str | None) -> tuple[list[html.Div], str]:
+    filters = filters_from(search)
+    storage = context.storage()
+    totals = run(storage, "economics_totals", filters).to_pylist()[0]
+    reconcile = run(storage, "economics_reconcile", filters).to_pylist()[0]
     return [
         stat("Tasks", number(totals["tasks"]), hint="started in the range"),
         stat("Accepted outcomes", number(totals["accepted_outcomes"]), hint="incl. corrected"),
@@ -232,7 +262,7 @@ def _stats(search: str | None) -> list[html.Div]:
             money(totals["review_cost"]),
             hint=f"{_percent(totals['review_share'])} of cost before idle",
         ),
-    ]
+    ], _reconcile_text(reconcile)
 
 
 def _percent(share: float | None) -> str:
@@ -250,7 +280,7 @@ def _findings(search: str | None) -> tuple[Any, str]:
     scope = page_data.scope_note(
         filters,
         ("app", "route"),
-        "findings compare whole routes and workflows week over week.",
+        "findings compare whole routes and workflows week over week and across model switches.",
     )
     if not rows:
         return (
@@ -275,3 +305,87 @@ def _findings(search: str | None) -> tuple[Any, str]:
         for row in rows
     ]
     return html.Ul(items, className="findings"), scope
+
+
+# ------------------------------------------------------------------ models of one workflow
+MODEL_COLUMNS = (
+    "Model (first call)",
+    "Tasks",
+    "Accepted",
+    "Cost / accepted",
+    "Retried tasks",
+    "Retry share",
+    "Review share",
+)
+
+
+def _models_card() -> html.Section:
+    return html.Section(
+        [
+            html.Div(
+                html.H2("Models side by side for one workflow", className="card-title"),
+                className="card-head",
+            ),
+            html.P(
+                "Each model a workflow's tasks started on: what an accepted outcome cost with "
+                "everything the tasks took (retries, fallbacks, review), how many were retried "
+                "and how much of the cost was retries and review. A cheaper model can make each "
+                "accepted outcome dearer.",
+                className="card-note",
+            ),
+            html.Label("Workflow", htmlFor=ID("workflow"), className="filter-label"),
+            dcc.Dropdown(id=ID("workflow"), clearable=False, className="filter-dropdown"),
+            html.Div(id=ID("models"), role="status"),
+        ],
+        className="card",
+        **{"aria-label": "Models side by side"},
+    )
+
+
+@callback(
+    Output(ID("workflow"), "options"),
+    Output(ID("workflow"), "value"),
+    Input(URL_ID, "search"),
+    State(ID("workflow"), "value"),
+)
+def _workflows(search: str | None, chosen: str | None) -> tuple[list[str], str | None]:
+    rows = run(context.storage(), "economics_by_key", filters_from(search), dim="workflow")
+    ranked = sorted(
+        (r for r in rows.to_pylist() if r["key"] != "(none)"), key=lambda r: -r["tasks"]
+    )
+    names = [r["key"] for r in ranked]
+    return names, chosen if chosen in names else (names[0] if names else None)
+
+
+@callback(
+    Output(ID("models"), "children"),
+    Input(ID("workflow"), "value"),
+    State(URL_ID, "search"),
+)
+def _models(workflow: str | None, search: str | None) -> Any:
+    if not workflow:
+        return html.P("No workflow has tasks in this range.", className="empty-state")
+    rows = run(
+        context.storage(), "economics_models", filters_from(search), workflow=workflow
+    ).to_pylist()
+    if not rows:
+        return html.P(f"No task of {workflow} in this range.", className="empty-state")
+    body = [
+        html.Tr(
+            [
+                html.Td(r["model"]),
+                html.Td(number(r["tasks"])),
+                html.Td(number(r["accepted_outcomes"])),
+                html.Td(money(r["cost_per_accepted"], 4)),
+                html.Td(number(r["retried_tasks"])),
+                html.Td(_percent(r["retry_share"])),
+                html.Td(_percent(r["review_share"])),
+            ]
+        )
+        for r in rows
+    ]
+    return html.Table(
+        [html.Thead(html.Tr([html.Th(c, scope="col") for c in MODEL_COLUMNS])), html.Tbody(body)],
+        className="table models-table",
+        id=ID("models-table"),
+    )

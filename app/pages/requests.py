@@ -1,23 +1,32 @@
 """Request explorer: every LLM request of the cost ledger (mart_requests), with its stages and
-costs, filterable and sortable, one page at a time.
+costs, filterable and sortable, in a grid that loads rows from the server as it scrolls.
 
-Paging, sorting and filtering run on the server (sql/queries/requests_explorer*.sql): only the
-page's rows reach the browser. A sort is one of a few allowlisted keys (SORT_KEYS), handed to
-the query as a bound parameter that a CASE expression maps to a column, never as SQL. Each row
-links to its trace (/trace/<trace_id>), keeping the global filters.
+The grid (dash-ag-grid, infinite row model) asks for blocks of rows with `getRowsRequest`; the
+server answers `getRowsResponse` from sql/queries/requests_explorer*.sql, so paging, sorting and
+filtering run in SQL and only the block's rows reach the browser. A sort is one of a few
+allowlisted keys (SORT_KEYS), handed to the query as a bound parameter that a CASE expression
+maps to a column, never as SQL. Each row links to its trace (/trace/<trace_id>), keeping the
+global filters.
+
+The summary reconciles with Spend (issue #10, §3): it states the Spend page's total for the
+same global filters, split into LLM calls, idle, human review, retrieval, tools and hourly
+services (sql/queries/requests_explorer_spend.sql reads the rows Spend reads), and says what
+the table's rows sum: LLM calls with their idle share.
 """
 
 from __future__ import annotations
 
+import io
 from typing import Any
 from urllib.parse import quote
 
 import dash
-from dash import Input, Output, State, callback, dash_table, dcc, html
-from dash.dash_table.Format import Format, Scheme, Symbol
+import dash_ag_grid as dag
+from dash import Input, Output, State, callback, clientside_callback, dcc, html
 
-from app import context, palette
-from app.components import URL_ID, ids, money, to_csv, why_empty
+from app import context
+from app.components import URL_ID, ids, money, why_empty
+from app.exports import csv_name, header_lines, write_rows
 from app.filters import filters_from
 from ledger.queries import Filters, run
 from models import idle_policy
@@ -32,9 +41,10 @@ dash.register_page(
 )
 
 ID = ids("requests")
-PAGE_SIZE = 25
-CSV_MAX_ROWS = 100_000
-#: Table column -> the query's sort key (sql/queries/requests_explorer.sql). Nothing else sorts.
+GRID_ID = ID("grid")
+#: Rows the grid asks for at once (one SQL page).
+BLOCK_SIZE = 100
+#: Grid column -> the query's sort key (sql/queries/requests_explorer.sql). Nothing else sorts.
 SORT_KEYS = {
     "start_time": "start",
     "cost": "cost",
@@ -42,33 +52,86 @@ SORT_KEYS = {
     "e2e_s": "e2e",
     "ttft_s": "ttft",
 }
-DEFAULT_SORT = [{"column_id": "start_time", "direction": "desc"}]
+DEFAULT_SORT = [{"colId": "start_time", "sort": "desc"}]
 HOSTING = {
     "self_hosted": "Self-hosted",
     "hosted": "Hosted API",
     "unpriced": "Unpriced",
 }
-_SECONDS = Format(precision=3, scheme=Scheme.fixed)
-_USD = Format(precision=5, scheme=Scheme.fixed, symbol=Symbol.yes, symbol_prefix="$")
+#: The spend parts of requests_explorer_spend.sql, in the order the summary lists them.
+SPEND_PARTS = {
+    "llm": "LLM calls",
+    "idle_shared": "idle shared to calls",
+    "idle_unshared": "idle nobody shares",
+    "review": "human review",
+    "retrieval": "retrieval",
+    "tools": "tools",
+    "hourly_services": "hourly services with no call",
+    "other": "other",
+}
+_SECONDS = {"function": "d3.format('.3f')(params.value)"}
+_USD = {"function": "params.value == null ? '–' : '$' + d3.format(',.5f')(params.value)"}
+
+
+def _num(field: str, name: str, fmt: dict[str, str], **extra: Any) -> dict[str, Any]:
+    return {
+        "field": field,
+        "headerName": name,
+        "valueFormatter": fmt,
+        "type": "rightAligned",
+        "sortable": field in SORT_KEYS,
+        "minWidth": 60,
+        **extra,
+    }
+
+
 COLUMNS: list[dict[str, Any]] = [
-    {"id": "trace", "name": "Trace", "presentation": "markdown", "type": "text"},
-    {"id": "start_time", "name": "Start (UTC)", "type": "text"},
-    {"id": "app", "name": "App", "type": "text"},
-    {"id": "route", "name": "Route", "type": "text"},
-    {"id": "model", "name": "Model", "type": "text"},
-    {"id": "hosting", "name": "Hosting", "type": "text"},
-    {"id": "status", "name": "Status", "type": "text"},
-    {"id": "tokens", "name": "Tokens in / out", "type": "text"},
-    {"id": "queue_s", "name": "Queue (s)", "type": "numeric", "format": _SECONDS},
-    {"id": "prefill_s", "name": "Prefill (s)", "type": "numeric", "format": _SECONDS},
-    {"id": "decode_s", "name": "Decode (s)", "type": "numeric", "format": _SECONDS},
-    {"id": "ttft_s", "name": "TTFT (s)", "type": "numeric", "format": _SECONDS},
-    {"id": "e2e_s", "name": "E2E (s)", "type": "numeric", "format": _SECONDS},
-    {"id": "prefill_cost", "name": "Prefill ($)", "type": "numeric", "format": _USD},
-    {"id": "decode_cost", "name": "Decode ($)", "type": "numeric", "format": _USD},
-    {"id": "idle_cost", "name": "Idle share ($)", "type": "numeric", "format": _USD},
-    {"id": "cost", "name": "Cost ($)", "type": "numeric", "format": _USD},
+    {
+        "field": "trace",
+        "headerName": "Trace",
+        "cellRenderer": "markdown",
+        "linkTarget": "_self",
+        "minWidth": 100,
+        # keyboard access: the grid lets Enter through to the focused link (Tab reaches it)
+        "suppressKeyboardEvent": {"function": "params.event.key === 'Enter'"},
+        "tooltipField": "trace_id",
+    },
+    {"field": "start_time", "headerName": "Start (UTC)", "sortable": True, "minWidth": 140},
+    {"field": "app", "headerName": "App", "tooltipField": "app", "minWidth": 70},
+    {"field": "route", "headerName": "Route", "tooltipField": "route", "minWidth": 70},
+    {"field": "model", "headerName": "Model", "tooltipField": "model", "minWidth": 100},
+    {"field": "hosting", "headerName": "Hosting", "minWidth": 80},
+    {"field": "status", "headerName": "Status", "minWidth": 70, "tooltipField": "status_note"},
+    # the cost early: visible without a scroll bar at 1280 px (columns fit the grid's width)
+    {
+        "field": "cost",
+        "headerName": "Cost ($)",
+        "valueFormatter": {
+            "function": "params.value == null ? '–' : '$' + d3.format(',.5f')(params.value)"
+            " + (params.data && params.data.cost_mark ? ' ' + params.data.cost_mark : '')"
+        },
+        "type": "rightAligned",
+        "sortable": True,
+        "minWidth": 110,
+        "tooltipField": "cost_note",
+        "cellClassRules": {"cost-marked": "params.data && !!params.data.cost_mark"},
+    },
+    {
+        "field": "tokens",
+        "headerName": "Tokens in / out",
+        "type": "rightAligned",
+        "sortable": True,
+        "minWidth": 100,
+        "tooltipField": "tokens_note",
+    },
+    _num("ttft_s", "TTFT (s)", _SECONDS),
+    _num("e2e_s", "E2E (s)", _SECONDS),
+    _num("prefill_cost", "Prefill ($)", _USD),
+    _num("decode_cost", "Decode ($)", _USD),
+    _num("idle_cost", "Idle share ($)", _USD),
 ]
+#: The CSV's columns: every column of the query (stages in seconds too), in its order.
+CSV_EXCLUDE = ("start_ns",)
 
 
 def _controls() -> html.Div:
@@ -124,12 +187,14 @@ def _controls() -> html.Div:
                     className="requests-check",
                 ),
                 className="filter requests-failed",
+                title="Calls that failed, and every call of a failed attempt (its trace's root "
+                "span has an error status: a guardrail block, a schema failure)",
             ),
             html.Button(
                 "Download CSV",
                 id=ID("csv-button"),
                 className="button small",
-                title=f"Download the matching requests (up to {CSV_MAX_ROWS:,}) as CSV",
+                title="Download every matching request as CSV (no row limit)",
             ),
             dcc.Download(id=ID("csv")),
         ],
@@ -146,60 +211,40 @@ def layout(**_query: Any) -> html.Div:
             html.H1("Requests"),
             html.P(
                 "Every LLM call in the selected range with its stages and what it cost. "
-                "Sort by start, tokens, TTFT, E2E or cost; open a trace for its spans.",
+                "Sort by start, tokens, TTFT, E2E or cost (first click: largest first); "
+                "open a trace for its spans.",
                 className="page-note",
             ),
             _controls(),
             html.Div(id=ID("total"), className="requests-total", role="status"),
+            html.Div(id=ID("breakdown"), className="requests-breakdown", role="status"),
             html.Div(id=ID("empty"), className="empty-state", role="status"),
-            dcc.Loading(
-                dash_table.DataTable(
-                    id=ID("table"),
-                    columns=COLUMNS,
-                    data=[],
-                    page_action="custom",
-                    page_current=0,
-                    page_size=PAGE_SIZE,
-                    page_count=1,
-                    sort_action="custom",
-                    sort_mode="single",
-                    sort_by=DEFAULT_SORT,
-                    markdown_options={"link_target": "_self"},
-                    cell_selectable=False,
-                    style_as_list_view=True,
-                    style_table={"overflowX": "auto"},
-                    style_cell={
-                        "fontFamily": 'system-ui, -apple-system, "Segoe UI", Roboto, sans-serif',
-                        "fontSize": "0.85rem",
-                        "padding": "0.3rem 0.5rem",
-                        "maxWidth": "14rem",
-                        "overflow": "hidden",
-                        "textOverflow": "ellipsis",
-                        "whiteSpace": "nowrap",
-                    },
-                    style_header={"fontWeight": 600, "backgroundColor": palette.HEADER_FILL},
-                    style_cell_conditional=[
-                        {"if": {"column_type": "text"}, "textAlign": "left"},
-                        {"if": {"column_id": "tokens"}, "textAlign": "right"},
-                        {"if": {"column_id": "trace"}, "minWidth": "8.5rem"},
-                    ],
-                    style_data_conditional=[
-                        {
-                            "if": {"filter_query": '{status} = "failed"'},
-                            "backgroundColor": palette.FAILED_ROW_FILL,
-                        }
-                    ],
-                    tooltip_delay=300,
-                    tooltip_duration=None,
-                    css=[
-                        {"selector": ".dash-spreadsheet-menu", "rule": "display: none"},
-                        {"selector": "td.dash-cell a", "rule": f"color: {palette.BRAND}"},
-                        {"selector": "td.dash-cell p", "rule": "margin: 0"},
-                    ],
-                ),
-                type="dot",
-                delay_show=150,
+            dag.AgGrid(
+                id=GRID_ID,
+                columnDefs=COLUMNS,
+                rowModelType="infinite",
+                columnSize="responsiveSizeToFit",
+                defaultColDef={
+                    "sortable": False,
+                    "resizable": True,
+                    "sortingOrder": ["desc", "asc", None],
+                    "suppressHeaderMenuButton": True,
+                },
+                dashGridOptions={
+                    "cacheBlockSize": BLOCK_SIZE,
+                    "maxBlocksInCache": 20,
+                    "infiniteInitialRowCount": 1,
+                    "rowBuffer": 0,
+                    "tooltipShowDelay": 300,
+                    "animateRows": False,
+                    "ensureDomOrder": True,
+                    "rowClassRules": {"request-failed": "params.data && params.data.failed_row"},
+                },
+                getRowId="params.data.row_id",
+                style={"height": "640px", "width": "100%"},
+                className="ag-theme-quartz requests-grid",
             ),
+            dcc.Store(id=ID("purged")),
         ],
         className="requests-page",
     )
@@ -210,10 +255,11 @@ def _explorer_args(
     failed: list[str] | None,
     model_like: str | None,
     min_cost: float | str | None,
-    sort_by: list[dict[str, str]] | None,
+    sort_model: list[dict[str, str]] | None,
 ) -> tuple[dict[str, Any], list[str]]:
-    """The query's explorer parameters from the controls, and what was ignored (said to the
-    user): an unknown hosting or sort column, a negative or non-numeric minimum cost."""
+    """The query's explorer parameters from the controls and the grid's sort, and what was
+    ignored (said to the user): an unknown hosting or sort column, a negative or non-numeric
+    minimum cost."""
     ignored: list[str] = []
     if hosting not in HOSTING:
         if hosting:
@@ -227,15 +273,13 @@ def _explorer_args(
     if minimum is not None and not minimum >= 0:  # also rejects NaN
         ignored.append(f"minimum cost {min_cost}")
         minimum = None
-    sort = (sort_by or DEFAULT_SORT)[0]
-    key = SORT_KEYS.get(sort.get("column_id", ""))
+    sort = (sort_model or DEFAULT_SORT)[0]
+    key = SORT_KEYS.get(sort.get("colId", ""))
     if key is None:
-        ignored.append(
-            f"sorting by {sort.get('column_id')} (sort by start, tokens, TTFT, E2E or cost)"
-        )
+        ignored.append(f"sorting by {sort.get('colId')} (sort by start, tokens, TTFT, E2E or cost)")
         key, descending = "start", True
     else:
-        descending = sort.get("direction") != "asc"
+        descending = sort.get("sort") != "asc"
     args = {
         "hosting": hosting,
         "failed_only": bool(failed),
@@ -254,127 +298,237 @@ def _page_query(args: dict[str, Any]) -> str:
     return "requests_explorer"
 
 
+def _cost_mark(r: dict[str, Any]) -> tuple[str, str | None]:
+    """The mark beside a cost that is not all measured, and its tooltip: `unpriced` (no price
+    found: the cost shown is only what could be priced), `est.` (some GPU time ran with no
+    scrape: costed from the deployment's size x GPU price; cost_basis, estimated_cost from
+    sql/migrations/0012_coverage.sql)."""
+    if r["hosting"] == "unpriced" or r.get("cost_basis") == "unpriced":
+        return "unpriced", "No price found for part of this call: its cost is incomplete."
+    if r.get("cost_basis") == "estimated" or (r.get("estimated_cost") or 0) > 0:
+        return "est.", (
+            f"Estimated: {money(r.get('estimated_cost') or 0, 5)} of it ran with no GPU "
+            "metrics scraped, costed from the deployment's size and GPU price."
+        )
+    return "", None
+
+
 def _row(r: dict[str, Any], search: str) -> dict[str, Any]:
-    """A table row: the trace link (keeping the filters), status and tokens as text."""
+    """A grid row: the trace link (keeping the filters), status, tokens and the cost's mark."""
     # the query string as typed may hold ")" or spaces, which would end the markdown link
     search = quote(search, safe="?&=%+/:,.-_~")
     tokens_in = f"{r['input_tokens']:,}" if r["input_tokens"] is not None else "–"
     tokens_out = f"{r['output_tokens']:,}" if r["output_tokens"] is not None else "–"
+    if r["failed"]:
+        status, note = "failed", "The LLM call returned an error."
+    elif r["root_failed"]:
+        status, note = (
+            "attempt failed",
+            (
+                "The call succeeded but its attempt failed: the trace's root span has an error "
+                "status (e.g. a guardrail block or a schema failure)."
+            ),
+        )
+    else:
+        status, note = "ok", None
+    mark, cost_note = _cost_mark(r)
     return {
-        **{c["id"]: r.get(c["id"]) for c in COLUMNS},
+        "row_id": f"{r['trace_id']}:{r['span_id']}",
+        "trace_id": r["trace_id"],
         "trace": f"[{r['trace_id'][:12]}…](/trace/{r['trace_id']}{search})",
-        "hosting": HOSTING.get(r["hosting"], r["hosting"]),
-        "status": "failed" if r["failed"] else "ok",
-        "tokens": f"{tokens_in} / {tokens_out}",
-    }
-
-
-def _tooltips(r: dict[str, Any]) -> dict[str, Any]:
-    """The whole text of the cells an ellipsis may cut, and the row's trace id."""
-    tips = {
-        "trace": r["trace_id"],
-        "model": r["model"],
-        "route": r["route"],
+        "trace_href": f"/trace/{r['trace_id']}{search}",
+        "start_time": r["start_time"],
         "app": r["app"],
-        "tokens": f"cached input tokens: {r['cached_input_tokens']:,}"
+        "route": r["route"],
+        "model": r["model"],
+        "hosting": HOSTING.get(r["hosting"], r["hosting"]),
+        "status": status,
+        "status_note": note,
+        "failed_row": status != "ok",
+        "tokens": f"{tokens_in} / {tokens_out}",
+        "tokens_note": f"cached input tokens: {r['cached_input_tokens']:,}"
         if r["cached_input_tokens"] is not None
         else None,
+        "ttft_s": r["ttft_s"],
+        "e2e_s": r["e2e_s"],
+        "prefill_cost": r["prefill_cost"],
+        "decode_cost": r["decode_cost"],
+        "idle_cost": r["idle_cost"],
+        "cost": r["cost"],
+        "cost_mark": mark,
+        "cost_note": cost_note,
     }
-    return {k: {"value": v, "type": "text"} for k, v in tips.items() if v}
 
 
-def _summary(total: dict[str, Any], filters: Filters, page: int) -> str:
+def _narrowed(args: dict[str, Any]) -> list[str]:
+    """The explorer's own filters that are set (Spend knows only the global ones)."""
+    return [
+        label
+        for label, on in (
+            (f"hosting {args['hosting']}", args["hosting"]),
+            ("failed only", args["failed_only"]),
+            (f"model contains {args['model_like']!r}", args["model_like"]),
+            (f"cost ≥ ${args['min_cost']}", args["min_cost"] is not None),
+        )
+        if on
+    ]
+
+
+def _summary(total: dict[str, Any], filters: Filters) -> str:
     requests = total["requests"]
     noun = "request" if requests == 1 else "requests"
     parts = [
         f"{requests:,} {noun}",
-        f"{money(total['cost'], 2)} with {idle_policy.COST_WITH[filters.policy]}",
-        f"{total['failed']:,} failed",
+        f"rows sum {money(total['cost'], 2)}: LLM calls {money(total['llm_cost'], 2)} + "
+        f"idle share {money(total['idle_cost'], 2)} ({idle_policy.LABEL[filters.policy].lower()})",
+        f"{total['failed']:,} calls failed, {total['failed_attempts']:,} failed attempts",
     ]
-    if requests:
-        parts.append(f"page {page + 1:,} of {max(total['pages'], 1):,}")
     return " · ".join(parts)
 
 
+def _breakdown(parts: dict[str, float], narrowed: list[str]) -> list[Any]:
+    """Spend's total for the global filters, split into its parts: what the rows do not hold
+    (review, retrieval, tools, unshared idle, hourly services) stated beside what they do."""
+    total = sum(parts.values())
+    items = [
+        html.Li([html.Span(SPEND_PARTS.get(k, k) + " "), html.Strong(money(v, 2))])
+        for k, v in sorted(parts.items(), key=lambda kv: list(SPEND_PARTS).index(kv[0]))
+        if abs(v) >= 0.005
+    ]
+    scope = (
+        f"for the global filters (this table also filters by {', '.join(narrowed)})"
+        if narrowed
+        else "for these filters"
+    )
+    return [
+        html.Span(f"Spend {scope}: "),
+        html.Strong(money(total, 2), id=ID("spend-total")),
+        html.Span(" = "),
+        html.Ul(items, className="breakdown-parts"),
+        html.Span(
+            " The rows are LLM calls with their idle share; review, retrieval and tools are "
+            "per task, and unshared idle and hourly services per hour, so no row holds them.",
+            className="breakdown-note",
+        ),
+    ]
+
+
 @callback(
-    Output(ID("table"), "data"),
-    Output(ID("table"), "tooltip_data"),
-    Output(ID("table"), "page_count"),
-    Output(ID("table"), "page_current"),
     Output(ID("total"), "children"),
+    Output(ID("breakdown"), "children"),
     Output(ID("empty"), "children"),
     Input(URL_ID, "search"),
-    Input(ID("table"), "page_current"),
-    Input(ID("table"), "sort_by"),
     Input(ID("hosting"), "value"),
     Input(ID("failed"), "value"),
     Input(ID("model"), "value"),
     Input(ID("min-cost"), "value"),
 )
-def _show_page(
+def _show_summary(
     search: str | None,
-    page_current: int | None,
-    sort_by: list[dict[str, str]] | None,
     hosting: str | None,
     failed: list[str] | None,
     model_like: str | None,
     min_cost: float | None,
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int, int, str, str]:
+) -> tuple[str, list[Any], str]:
     filters = filters_from(search)
-    args, ignored = _explorer_args(hosting, failed, model_like, min_cost, sort_by)
-    # Anything but paging shows the first page: the old page number means nothing any more.
-    paging_only = set(dash.ctx.triggered_prop_ids) == {f"{ID('table')}.page_current"}
-    page = max(page_current or 0, 0) if paging_only else 0
+    args, ignored = _explorer_args(hosting, failed, model_like, min_cost, None)
     storage = context.storage()
     total = run(
-        storage, "requests_explorer_summary", filters, page_size=PAGE_SIZE, **args
+        storage, "requests_explorer_summary", filters, page_size=BLOCK_SIZE, **args
     ).to_pylist()[0]
-    if total["requests"] and page >= total["pages"]:
-        page = total["pages"] - 1
-    rows = run(
-        storage,
-        _page_query(args),
-        filters,
-        limit=PAGE_SIZE,
-        offset=page * PAGE_SIZE,
-        **args,
-    ).to_pylist()
-    summary = _summary(total, filters, page)
+    parts = {
+        r["part"]: r["cost"] for r in run(storage, "requests_explorer_spend", filters).to_pylist()
+    }
+    summary = _summary(total, filters)
     if ignored:
         summary += " · ignored: " + "; ".join(ignored)
+    narrowed = _narrowed(args)
     empty = ""
     if not total["requests"]:
-        narrowed = [
-            label
-            for label, on in (
-                (f"hosting {args['hosting']}", args["hosting"]),
-                ("failed only", args["failed_only"]),
-                (f"model contains {args['model_like']!r}", args["model_like"]),
-                (f"cost ≥ ${args['min_cost']}", args["min_cost"] is not None),
-            )
-            if on
-        ]
         empty = (
             f"No request matches {', '.join(narrowed)} in this range: widen those filters."
             if narrowed
             else why_empty(filters)
         )
+    return summary, _breakdown(parts, narrowed), empty
+
+
+@callback(
+    Output(GRID_ID, "getRowsResponse"),
+    Input(GRID_ID, "getRowsRequest"),
+    State(URL_ID, "search"),
+    State(ID("hosting"), "value"),
+    State(ID("failed"), "value"),
+    State(ID("model"), "value"),
+    State(ID("min-cost"), "value"),
+    prevent_initial_call=True,
+)
+def _rows(
+    request: dict[str, Any] | None,
+    search: str | None,
+    hosting: str | None,
+    failed: list[str] | None,
+    model_like: str | None,
+    min_cost: float | None,
+) -> dict[str, Any]:
+    """One block of rows for the grid, sorted and filtered in SQL, and how many rows match."""
+    request = request or {}
+    start = max(int(request.get("startRow") or 0), 0)
+    end = max(int(request.get("endRow") or start + BLOCK_SIZE), start)
+    size = min(end - start, 5 * BLOCK_SIZE)
+    filters = filters_from(search)
+    args, _ignored = _explorer_args(hosting, failed, model_like, min_cost, request.get("sortModel"))
+    storage = context.storage()
+    count = run(storage, "requests_explorer_count", filters, **args).column(0)[0].as_py()
+    rows = run(storage, _page_query(args), filters, limit=size, offset=start, **args).to_pylist()
     search = search or ""
-    return (
-        [_row(r, search) for r in rows],
-        [_tooltips(r) for r in rows],
-        max(total["pages"], 1),
-        page,
-        summary,
-        empty,
-    )
+    return {"rowData": [_row(r, search) for r in rows], "rowCount": int(count)}
+
+
+# Filters changed outside the grid: drop its cached blocks so it asks again from row 0 (the
+# server reads the new filters as State). Not on first load: the grid asks by itself then.
+clientside_callback(
+    """function() {
+        const id = arguments[arguments.length - 1];
+        if (window.dash_ag_grid && dash_ag_grid.getApiAsync) {
+            dash_ag_grid.getApiAsync(id).then((api) => api.purgeInfiniteCache());
+        }
+        return Date.now();
+    }""",
+    Output(ID("purged"), "data"),
+    Input(URL_ID, "search"),
+    Input(ID("hosting"), "value"),
+    Input(ID("failed"), "value"),
+    Input(ID("model"), "value"),
+    Input(ID("min-cost"), "value"),
+    State(GRID_ID, "id"),
+    prevent_initial_call=True,
+)
+
+
+def csv_text(filters: Filters, args: dict[str, Any]) -> tuple[str, int]:
+    """Every matching request as CSV, whatever the count (no cap): the header lines of
+    app/exports.py, then the rows, written batch by batch from Arrow so no Python row list of
+    the whole result is built. Returns the text and the row count."""
+    table = run(context.storage(), _page_query(args), filters, limit=None, offset=0, **args)
+    columns = [c for c in table.column_names if c not in CSV_EXCLUDE]
+    table = table.select(columns)
+    buf = io.StringIO()
+    buf.write("\n".join(header_lines("requests", filters, table.num_rows)) + "\n")
+
+    def rows() -> Any:
+        for batch in table.to_batches(max_chunksize=10_000):
+            yield from zip(*(col.to_pylist() for col in batch.columns), strict=True)
+
+    n = write_rows(buf, columns, rows())
+    return buf.getvalue(), n
 
 
 @callback(
     Output(ID("csv"), "data"),
     Input(ID("csv-button"), "n_clicks"),
     State(URL_ID, "search"),
-    State(ID("table"), "sort_by"),
+    State(GRID_ID, "getRowsRequest"),
     State(ID("hosting"), "value"),
     State(ID("failed"), "value"),
     State(ID("model"), "value"),
@@ -384,19 +538,14 @@ def _show_page(
 def _csv(
     _clicks: int | None,
     search: str | None,
-    sort_by: list[dict[str, str]] | None,
+    request: dict[str, Any] | None,
     hosting: str | None,
     failed: list[str] | None,
     model_like: str | None,
     min_cost: float | None,
 ) -> dict[str, Any]:
-    args, _ignored = _explorer_args(hosting, failed, model_like, min_cost, sort_by)
-    table = run(
-        context.storage(),
-        _page_query(args),
-        filters_from(search),
-        limit=CSV_MAX_ROWS,
-        offset=0,
-        **args,
-    )
-    return dcc.send_string(to_csv(table), "inferledger-requests.csv")
+    sort = (request or {}).get("sortModel")
+    args, _ignored = _explorer_args(hosting, failed, model_like, min_cost, sort)
+    filters = filters_from(search)
+    text, _rows_written = csv_text(filters, args)
+    return dcc.send_string(text, csv_name("requests", filters))

@@ -280,6 +280,24 @@ def _task_panel(trace_id: str, task_key: str | None, filters: Filters, search: s
         f"tools {_usd(t['tools_cost'])}",
         f"review {_usd(t['review_cost'])}",
     ]
+    # Each attempt (trace) with whether it failed: its root span has an error status or all its
+    # LLM calls failed, the rule of the Overview's failed attempts and the explorer's "Failed
+    # only" (sql/queries/trace_task_traces.sql), so the three agree.
+    traces = run(
+        storage,
+        "trace_task_traces",
+        filters,
+        task_key=task_key,
+        from_ns=t["first_start_ns"],
+        to_ns=t["last_end_ns"],
+        limit=TASK_TRACES,
+    ).to_pylist()
+    failed_attempts = sum(1 for tr in traces if tr["attempt_failed"])
+    this = next((tr for tr in traces if tr["trace_id"] == trace_id), None)
+    attempts_hint = (
+        f"{failed_attempts} of {len(traces)} failed; {t['traces']} trace(s), "
+        f"{t['llm_calls']} LLM call(s)"
+    )
     body: list[Any] = [
         title,
         html.Div(
@@ -291,10 +309,12 @@ def _task_panel(trace_id: str, task_key: str | None, filters: Filters, search: s
                     hint=f"with {idle_policy.COST_WITH[filters.policy]}",
                 ),
                 stat("Waste", _usd(t["waste_cost"])),
+                stat("Attempts", number(t["attempts"]), hint=attempts_hint, id=ID("attempts")),
                 stat(
-                    "Attempts",
-                    number(t["attempts"]),
-                    hint=f"{t['traces']} trace(s), {t['llm_calls']} LLM call(s)",
+                    "This attempt",
+                    "failed" if this and this["attempt_failed"] else "ok",
+                    hint="root span error or every LLM call failed",
+                    id=ID("this-attempt"),
                 ),
             ],
             className="stats",
@@ -302,20 +322,12 @@ def _task_panel(trace_id: str, task_key: str | None, filters: Filters, search: s
         html.P(
             f"Task {name}. Without idle: {', '.join(parts)}. Workflow {t['workflow'] or '–'}, "
             f"app {t['app'] or '–'}, route {t['route'] or '–'}; "
-            f"{t['failed_calls']} failed and {t['fallback_calls']} fallback call(s).",
+            f"{failed_attempts} failed attempt(s), {t['failed_calls']} failed and "
+            f"{t['fallback_calls']} fallback call(s).",
             className="card-note",
         ),
     ]
-    if not own and t["traces"] > 1:
-        traces = run(
-            storage,
-            "trace_task_traces",
-            filters,
-            task_key=task_key,
-            from_ns=t["first_start_ns"],
-            to_ns=t["last_end_ns"],
-            limit=TASK_TRACES,
-        ).to_pylist()
+    if not own and len(traces) > 1:
         items = [
             html.Li(
                 [
@@ -326,8 +338,10 @@ def _task_panel(trace_id: str, task_key: str | None, filters: Filters, search: s
                     ),
                     f" — attempt {tr['attempt'] or '–'}, {tr['start_time']} UTC, "
                     f"{tr['llm_calls']} call(s), {_usd(tr['cost'])}"
-                    + (f", {tr['failed_calls']} failed" if tr["failed_calls"] else ""),
-                ]
+                    + (", attempt failed" if tr["attempt_failed"] else "")
+                    + (f", {tr['failed_calls']} call(s) failed" if tr["failed_calls"] else ""),
+                ],
+                className="attempt-failed" if tr["attempt_failed"] else None,
             )
             for tr in traces
         ]

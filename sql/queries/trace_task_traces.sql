@@ -1,6 +1,9 @@
 -- one row per trace of task $task_key whose LLM calls started in [$from_ns, $to_ns] (the task's
 -- span from trace_task.sql, so the scan prunes), at most $limit, in start order: calls, failed
--- calls, attempt and cost under idle policy $policy
+-- calls, attempt, cost under idle policy $policy, and whether the attempt failed: its root span
+-- has an error status (a guardrail block, a schema failure) or every LLM call in it failed --
+-- the rule of sql/marts/tasks.sql, the Overview's failed attempts and the request explorer's
+-- "Failed only" (sql/macros/explorer_requests.sql).
 with calls as (
     select
         trace_id,
@@ -15,17 +18,28 @@ with calls as (
     where task_key = $task_key and start_ns >= $from_ns and start_ns <= $to_ns
 ),
 
+error_roots as (
+    select distinct trace_id
+    from spans
+    where
+        parent_span_id is null and status_code = 2
+        and start_ns >= $from_ns - 21600000000000 and start_ns <= $to_ns
+        and trace_id in (select trace_id from calls)
+),
+
 final as (
     select
-        trace_id,
-        strftime(min(start_time), '%Y-%m-%d %H:%M:%S') as start_time,
-        max(attempt) as attempt,
+        c.trace_id,
+        strftime(min(c.start_time), '%Y-%m-%d %H:%M:%S') as start_time,
+        max(c.attempt) as attempt,
         count(*) as llm_calls,
-        count(*) filter (where failed) as failed_calls,
-        sum(cost) as cost
-    from calls
-    group by trace_id
-    order by min(start_ns), trace_id
+        count(*) filter (where c.failed) as failed_calls,
+        bool_and(c.failed) or bool_or(r.trace_id is not null) as attempt_failed,
+        sum(c.cost) as cost
+    from calls as c
+    left join error_roots as r on r.trace_id = c.trace_id
+    group by c.trace_id
+    order by min(c.start_ns), c.trace_id
     limit $limit
 )
 
