@@ -1,10 +1,12 @@
 """Building blocks every page uses: namespaced ids, a chart card (loading indicator, empty
 state that says why, CSV download of exactly the plotted numbers), stat tiles, money format.
 
-`chart(...)` lays out a card and registers its two callbacks: the URL's filters -> the data
-function -> the figure (or an empty state that says why); and the CSV button -> the same data
-function -> the file. The browser never holds the data; the CSV is re-queried on the server
-from the same function, so it always matches the chart.
+`chart(...)` lays out a card and registers its callbacks: the URL's filters (and the
+auto-refresh tick) -> the data function -> the figure (or an empty state that says why); the
+CSV button -> the same data function -> the file (app/exports.py: its name and first lines say
+the range, filters and idle policy); and a drag-to-zoom on a time axis -> the URL's custom
+range (:func:`zoom_to_range`). The browser never holds the data; the CSV is re-queried on the
+server from the same function, so it always matches the chart.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import io
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, callback, clientside_callback, dcc, html
+from dash.exceptions import PreventUpdate
 
 from app import context
+from app.exports import csv_download
 from app.figures import FigureFn, empty_figure
-from app.filters import filters_from
+from app.filters import FILTER_ID, filters_from, parse, zoomed
 from app.formats import money as money  # re-exported: pages format with it
 from app.formats import number as number
 from app.formats import seconds as seconds
@@ -28,6 +32,9 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 URL_ID = "url"  # the shell's dcc.Location: pages read the filters from its `search`
+#: The shell's auto-refresh tick (a dcc.Store bumped by its dcc.Interval while the tab is
+#: visible): callbacks that take it as an Input re-run on every tick.
+TICK_ID = "refresh-tick"
 
 
 def ids(page: str) -> Callable[[str], str]:
@@ -91,6 +98,7 @@ def chart_card(
                 delay_show=150,
             ),
             dcc.Download(id=make_id(f"{name}-csv")),
+            dcc.Store(id=make_id(f"{name}-zoom")),  # a time-axis zoom, for zoom_to_range
         ],
         className="card",
         **{"aria-label": title},
@@ -151,8 +159,8 @@ def chart(
     if note_fn is not None:
         outputs.append(Output(make_id(f"{name}-note"), "children"))
 
-    @callback(*outputs, Input(URL_ID, "search"))
-    def _draw(search: str | None) -> tuple[Any, ...]:
+    @callback(*outputs, Input(URL_ID, "search"), Input(TICK_ID, "data"))
+    def _draw(search: str | None, _tick: int | None) -> tuple[Any, ...]:
         filters = filters_from(search)
         table = data(filters)
         extra = (note_fn(filters),) if note_fn is not None else ()
@@ -167,8 +175,76 @@ def chart(
         prevent_initial_call=True,
     )
     def _csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
-        return dcc.send_string(to_csv(data(filters_from(search))), f"inferledger-{name}.csv")
+        filters = filters_from(search)
+        return csv_download(data(filters), make_id(name), filters)
 
+    zoom_to_range(make_id(name))
     return chart_card(
         make_id, name, title, height=height, note=note, dynamic_note=note_fn is not None
     )
+
+
+#: Passes on only a zoom of the x axis with string (date) ends: plotly reports every resize and
+#: autorange too, which need no request to the server.
+_ZOOM_JS = r"""function(r) {
+    // any panel's x axis: a chart with subplots reports xaxis2, xaxis3, ...
+    const key = r && Object.keys(r).find(k => /^xaxis\d*\.range\[0\]$/.test(k));
+    const x0 = key && r[key], x1 = key && r[key.replace("[0]", "[1]")];
+    if (typeof x0 !== "string" || typeof x1 !== "string") {
+        return window.dash_clientside.no_update;
+    }
+    return [x0, x1];
+}"""
+
+
+def zoom_to_range(graph_id: str) -> None:
+    """Drag-to-zoom on a time axis narrows the page's range: the graph's zoomed x range becomes
+    the URL's custom range (whole hours, or minutes for spans under three hours; clamped by
+    app.filters.clamp_window), and the filter bar shows it. A double-click (autorange) resets
+    nothing: the URL is the state. Charts whose x axis is not time are left alone (their
+    range is numbers, not dates). The graph must sit in a :func:`chart_card` (its zoom store)."""
+    store = f"{graph_id}-zoom"
+    clientside_callback(
+        _ZOOM_JS, Output(store, "data"), Input(graph_id, "relayoutData"), prevent_initial_call=True
+    )
+
+    @callback(
+        Output(URL_ID, "search", allow_duplicate=True),
+        Output(f"{FILTER_ID}-range", "value", allow_duplicate=True),
+        Output(f"{FILTER_ID}-dates", "start_date", allow_duplicate=True),
+        Output(f"{FILTER_ID}-dates", "end_date", allow_duplicate=True),
+        Input(store, "data"),
+        State(URL_ID, "search"),
+        prevent_initial_call=True,
+    )
+    def _zoom(span: list[str] | None, search: str | None) -> tuple[str, str, str, str]:
+        if not span or len(span) != 2:
+            raise PreventUpdate
+        try:
+            state = zoomed(parse(search), str(span[0]), str(span[1]))
+        except ValueError:
+            raise PreventUpdate from None  # not a time axis, or nothing left to show
+        start, end = state.start or "", state.end or ""
+        return state.query_string(), "custom", start[:10], end[:10]
+
+
+def choice_in_url(control_id: str, key: str, default: str) -> None:
+    """Keep a page-level control (a radio, a dropdown) in the URL as `key` (one of
+    app.filters.PAGE_KEYS): picking a value writes the query string, so a reload, the
+    navigation and "Copy link" keep it. The page builds the control with the URL's value
+    (its layout gets the query as keyword arguments) and its callbacks read the choice from
+    the URL (:meth:`app.filters.UrlState.choice`), not from the control. The default is left
+    out of the URL."""
+
+    @callback(
+        Output(URL_ID, "search", allow_duplicate=True),
+        Input(control_id, "value"),
+        State(URL_ID, "search"),
+        prevent_initial_call=True,
+    )
+    def _choice_to_url(value: str | None, search: str | None) -> str:
+        state = parse(search)
+        wanted = None if value in (None, default) else value
+        if state.page.get(key) == wanted:
+            raise PreventUpdate  # the page was drawn from this URL: nothing chosen
+        return state.with_choice(key, wanted).query_string()

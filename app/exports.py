@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 from dash import dcc
 
 from ledger.queries import Filters
+from models import idle_policy
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,6 +43,10 @@ def _filters_text(filters: Filters) -> str:
         f"{k}={v}" for k, v in filters.params().items() if k not in ("start", "end", "policy") and v
     ]
     return ", ".join(active) if active else "none"
+
+
+def _policy_text(policy: str) -> str:
+    return f"{idle_policy.LABEL.get(policy, policy)}: {idle_policy.DESCRIPTION.get(policy, '')}"
 
 
 def csv_name(name: str, filters: Filters) -> str:
@@ -66,7 +71,7 @@ def header_lines(name: str, filters: Filters, rows: int | None = None) -> list[s
         f"# InferLedger export: {name}",
         f"# range: {_when(filters.start)} to {_when(filters.end)} UTC",
         f"# filters: {_filters_text(filters)}",
-        f"# idle policy: {filters.policy}",
+        f"# idle policy: {filters.policy} ({_policy_text(filters.policy)})",
     ]
     if rows is not None:
         lines.append(f"# rows: {rows}")

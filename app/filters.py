@@ -2,18 +2,24 @@
 
     ?range=7d&team=finance-ops&idle=usage
     ?range=custom&start=2026-11-01&end=2026-11-08
+    ?range=lastweek&by=route&refresh=60
 
-Keys: range (24h, 7d, 30d, mtd, custom), start/end (custom; ISO dates or datetimes, UTC; a
-date as end includes that day), env, team, app, route, model, idle (separate, usage, even,
-configured). Anything unknown or malformed falls back to the default and is reported, never a
-crash. A custom range is clamped in one place, :func:`clamp_window` (issue #17: an end in year
-9999 overflowed and failed every chart): no earlier than :data:`EARLIEST`, no later than a day
-past the current hour, at most :data:`MAX_SPAN` long.
+Keys: range (24h, 7d, 30d; the calendar presets today, yesterday, wtd, lastweek, mtd,
+lastmonth, in UTC with weeks starting on Monday; custom), start/end (custom; ISO dates or
+datetimes, UTC; a date as end includes that day), env, team, app, route, model, idle
+(separate, usage, even, configured), refresh (auto-refresh every N seconds), and the
+page-level choices of :data:`PAGE_KEYS` (e.g. Spend's breakdown `by`). Anything unknown or
+malformed falls back to the default and is reported, never a crash. A custom range is clamped
+in one place, :func:`clamp_window` (issue #17: an end in year 9999 overflowed and failed every
+chart): no earlier than :data:`EARLIEST`, no later than a day past the current hour, at most
+:data:`MAX_SPAN` long. :meth:`UrlState.absolute` turns any range into the custom range it
+stands for now, so a link copied on Monday shows the same numbers on Friday (issue #10).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import parse_qs, urlencode
 
@@ -21,11 +27,18 @@ from ledger import page_data
 from ledger.queries import Filters
 from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
 
+#: The filter bar's id prefix (filter-range, filter-team, ...); app.shell lays it out.
+FILTER_ID = "filter"
 PRESETS = {
     "24h": "Last 24 hours",
     "7d": "Last 7 days",
     "30d": "Last 30 days",
+    "today": "Today",
+    "yesterday": "Yesterday",
+    "wtd": "Week to date",
+    "lastweek": "Last week",
     "mtd": "Month to date",
+    "lastmonth": "Last month",
 }
 DEFAULT_RANGE = "7d"
 #: The earliest start a custom range may ask for: older than any ledger, and far enough from
@@ -42,6 +55,15 @@ DEFAULT_POLICY = DEFAULT_CHOICE.value
 #: also the column of the marts it narrows), derived from the one map, ledger.page_data.
 FILTER_FIELDS = {key: field for field, key in page_data.FILTER_KEYS.items()}
 FILTER_KEYS = tuple(FILTER_FIELDS)
+#: Page-level choices kept in the URL beside the filters, so a reload, the navigation and a
+#: copied link keep them (issue #10): Spend's breakdown dimension and Overview's movers are
+#: both `by`. The page that reads one validates it (:meth:`UrlState.choice`): a value it does
+#: not offer (another page's) falls back to its default without a notice.
+PAGE_KEYS = ("by",)
+_PAGE_VALUE = re.compile(r"[A-Za-z0-9_.:/-]{1,64}")
+#: Auto-refresh: the interval the filter bar's toggle sets, and the bounds a URL may ask for.
+REFRESH_SECONDS = 60
+REFRESH_BOUNDS = (10, 3600)
 #: Each filter's label in the filter bar.
 FILTER_LABELS = {
     "env": "Environment",
@@ -62,24 +84,47 @@ class UrlState:
     values: dict[str, str | None]
     policy: str
     problems: tuple[str, ...] = ()
+    #: Page-level choices (keys of :data:`PAGE_KEYS`), as written; pages validate them.
+    page: dict[str, str] = field(default_factory=dict)
+    #: Auto-refresh interval in seconds; None is off (the default).
+    refresh: int | None = None
 
     def filters(self, now: datetime | None = None) -> Filters:
         now = now or datetime.now(UTC)
-        end_of_hour = _end_of_hour(now)
         window = _custom_window(self.start, self.end, now) if self.range == "custom" else None
         if window is not None:
             start, end = window[0], window[1]
-        elif self.range == "24h":
-            start, end = end_of_hour - timedelta(days=1), end_of_hour
-        elif self.range == "30d":
-            start, end = end_of_hour - timedelta(days=30), end_of_hour
-        elif self.range == "mtd":
-            start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-            end = end_of_hour
         else:
-            start, end = end_of_hour - timedelta(days=7), end_of_hour
+            start, end = preset_window(self.range, now)
         fields = {FILTER_FIELDS[k]: v for k, v in self.values.items() if v}
         return Filters(start=start, end=end, policy=self.policy, **fields)
+
+    def choice(self, key: str, choices: tuple[str, ...] | list[str], default: str) -> str:
+        """A page-level choice from the URL, or `default` when absent or not one of `choices`."""
+        value = self.page.get(key)
+        return value if value in choices else default
+
+    def with_choice(self, key: str, value: str | None) -> UrlState:
+        """The same state with a page-level choice set (None removes it)."""
+        if key not in PAGE_KEYS:
+            raise ValueError(f"{key!r} is not a page-level URL key ({', '.join(PAGE_KEYS)})")
+        page = {k: v for k, v in self.page.items() if k != key}
+        if value:
+            page[key] = value
+        return replace(self, page=page, problems=())
+
+    def absolute(self, now: datetime | None = None) -> UrlState:
+        """The same view with its range as the custom window it covers now, in whole
+        datetimes: a preset like "last 7 days" moves with the clock, the copy does not."""
+        filters = self.filters(now)
+        return replace(
+            self,
+            range="custom",
+            start=filters.start.strftime("%Y-%m-%dT%H:%M"),
+            end=filters.end.strftime("%Y-%m-%dT%H:%M"),
+            problems=(),
+            refresh=None,  # a fixed past window has nothing new to fetch
+        )
 
     def query_string(self) -> str:
         pairs: list[tuple[str, str]] = [("range", self.range)]
@@ -88,7 +133,69 @@ class UrlState:
         pairs += [(k, v) for k, v in self.values.items() if v]
         if self.policy != DEFAULT_POLICY:
             pairs.append(("idle", self.policy))
-        return "?" + urlencode(pairs)
+        pairs += [(k, self.page[k]) for k in PAGE_KEYS if self.page.get(k)]
+        if self.refresh:
+            pairs.append(("refresh", str(self.refresh)))
+        # ":" left as is: the datetimes of a custom range stay readable in a shared link.
+        return "?" + urlencode(pairs, safe=":")
+
+
+def preset_window(range_: str, now: datetime) -> tuple[datetime, datetime]:
+    """The window [start, end) a preset covers at `now`, in UTC. Rolling presets and the
+    "to date" ones end with the current hour (the hour in progress is included); yesterday,
+    last week and last month are whole calendar periods. Weeks start on Monday. An unknown
+    preset is the default, the last 7 days."""
+    now = now.astimezone(UTC)
+    end_of_hour = _end_of_hour(now)
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    monday = midnight - timedelta(days=midnight.weekday())
+    first = midnight.replace(day=1)
+    if range_ == "24h":
+        return end_of_hour - timedelta(days=1), end_of_hour
+    if range_ == "30d":
+        return end_of_hour - timedelta(days=30), end_of_hour
+    if range_ == "today":
+        return midnight, end_of_hour
+    if range_ == "yesterday":
+        return midnight - timedelta(days=1), midnight
+    if range_ == "wtd":
+        return monday, end_of_hour
+    if range_ == "lastweek":
+        return monday - timedelta(days=7), monday
+    if range_ == "mtd":
+        return first, end_of_hour
+    if range_ == "lastmonth":
+        return (first - timedelta(days=1)).replace(day=1), first
+    return end_of_hour - timedelta(days=7), end_of_hour
+
+
+def zoomed(state: UrlState, x0: str, x1: str, now: datetime | None = None) -> UrlState:
+    """The state narrowed to a zoomed time axis [x0, x1] (a chart's drag-to-zoom, plotly's
+    date strings such as "2026-11-25 03:12:33.1234"): widened to whole hours when the span is
+    at least :data:`ZOOM_HOURS_FROM`, else to whole minutes, then clamped (:func:`clamp_window`).
+    Raises ValueError when x0/x1 are not datetimes (the axis is not time) or nothing is left."""
+    a, b = sorted((_parse_when(x0), _parse_when(x1)))
+    step = timedelta(hours=1) if b - a >= ZOOM_HOURS_FROM else timedelta(minutes=1)
+    start, end = _floor(a, step), _floor(b, step)
+    if end < b or end == start:
+        end += step  # round the end up: the zoomed span stays inside the window
+    start, end, _notes = clamp_window(start, end, now or datetime.now(UTC))
+    return replace(
+        state,
+        range="custom",
+        start=start.strftime("%Y-%m-%dT%H:%M"),
+        end=end.strftime("%Y-%m-%dT%H:%M"),
+        problems=(),
+    )
+
+
+#: A zoom spanning at least this long snaps to whole hours (the marts' grain), else minutes.
+ZOOM_HOURS_FROM = timedelta(hours=3)
+
+
+def _floor(moment: datetime, step: timedelta) -> datetime:
+    moment = moment.replace(second=0, microsecond=0)
+    return moment.replace(minute=0) if step >= timedelta(hours=1) else moment
 
 
 def _end_of_hour(now: datetime) -> datetime:
@@ -188,7 +295,24 @@ def parse(search: str | None, now: datetime | None = None) -> UrlState:
         problems.append(f"unknown idle policy {policy!r}: using {DEFAULT_POLICY}")
         policy = DEFAULT_POLICY
     values = {k: first.get(k) or None for k in FILTER_KEYS}
-    return UrlState(range_, start, end, values, policy, tuple(problems))
+    page = {k: first[k] for k in PAGE_KEYS if k in first}
+    for key, value in list(page.items()):
+        if not _PAGE_VALUE.fullmatch(value):
+            problems.append(f"bad {key} {value[:40]!r}: using the page's default")
+            del page[key]
+    refresh = _refresh(first.get("refresh"), problems)
+    return UrlState(range_, start, end, values, policy, tuple(problems), page, refresh)
+
+
+def _refresh(text: str | None, problems: list[str]) -> int | None:
+    """The auto-refresh interval in seconds, within :data:`REFRESH_BOUNDS`; None is off."""
+    if not text or text in ("0", "off"):
+        return None
+    low, high = REFRESH_BOUNDS
+    if not text.isdigit() or not low <= int(text) <= high:
+        problems.append(f"bad refresh {text[:20]!r}: auto-refresh is every {low} to {high} s")
+        return None
+    return int(text)
 
 
 def filters_from(search: str | None, now: datetime | None = None) -> Filters:

@@ -1,19 +1,27 @@
 """The Spend page in a real headless Chromium against a real server on the demo ledger: its
-numbers are the marts', filters and the URL drive it both ways, the CSV is the chart's data,
-and the treemap drills down to the request explorer."""
+numbers are the marts', filters and the URL drive it both ways, the CSV is the chart's data
+and names its range, filters and policy (viewers download it too), the treemap drills down to
+the request explorer, each team's usage share of idle shows whatever the policy, the
+breakdown dimension survives a reload, and a drag on the time axis narrows the range."""
 
 from __future__ import annotations
 
 import csv
 import io
-from datetime import datetime
+import re
+import shutil
+from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import expect
 
 from app.components import money
-from tests.conftest import hours_up_to
+from app.exports import csv_name, header_lines
+from ledger import users
+from ledger.queries import Filters
+from tests.conftest import PASSWORDS, hours_up_to, sign_in, whole_days
 
 pytestmark = pytest.mark.browser
 
@@ -27,6 +35,15 @@ READY = """() => {
 TRACES = """sel => Array.from(document.querySelector(sel + ' .js-plotly-plot').data || [])
   .map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []),
               labels: Array.from(t.labels || []), ids: Array.from(t.ids || [])}))"""
+
+
+@pytest.fixture
+def still_server(demo_ledger, live_factory, tmp_path):
+    """A server on a private copy of the demo ledger whose marts do not move under the test:
+    no scheduled refresh, so the SQL a test expects and what the page draws read one ledger."""
+    copy = tmp_path / "still.duckdb"
+    shutil.copy(demo_ledger, copy)
+    return live_factory(db=str(copy), ledger__refresh_interval_s=0)
 
 
 def ready(page) -> None:
@@ -142,8 +159,14 @@ def test_the_csv_is_the_charts_data(ledger_server, ledger_end, page) -> None:
     with page.expect_download() as info:
         page.locator("#spend-over-time-csv-button").click()
     download = info.value
-    assert download.suggested_filename == "inferledger-spend-by-app.csv"
-    rows = list(csv.DictReader(io.StringIO(Path(download.path()).read_text("utf-8"))))
+    start, stop, _ = hours_up_to(ledger_end, 24)
+    assert download.suggested_filename == (
+        f"inferledger-spend-by-app_{start:%Y-%m-%dT%H%M}_{stop:%Y-%m-%dT%H%M}_configured.csv"
+    )
+    assert "by=app" in page.url  # the breakdown went into the URL
+    text = Path(download.path()).read_text("utf-8")
+    assert text.splitlines()[:4] == header_lines("spend-by-app", Filters(start, stop))[:4]
+    rows = list(csv.DictReader(line for line in io.StringIO(text) if not line.startswith("#")))
     assert set(rows[0]) == {"bucket", "key", "cost", "requests"}
     assert {r["key"] for r in rows} == set(shown)
     assert len(rows) == 24 * len(shown)  # every hour of the range, for every key
@@ -197,3 +220,202 @@ def test_up_one_level_widens_the_drill(ledger_server, page) -> None:
     page.wait_for_function(
         "() => document.querySelector('#filter-app-value').textContent === 'All'"
     )
+
+
+def test_the_breakdown_survives_reload_and_navigation(ledger_server, page) -> None:
+    st = ledger_server.storage
+    routes = {r[0] or "(none)" for r in st.fetchall("select distinct route from mart_requests")}
+    page.goto(ledger_server.url + "/spend?range=7d&team=finance-ops")
+    ready(page)
+    page.get_by_label("Route", exact=True).check()
+    page.wait_for_function("() => location.search.includes('by=route')")
+    assert "team=finance-ops" in page.url  # the filters stay
+    page.reload()
+    ready(page)
+    expect(page.get_by_label("Route", exact=True)).to_be_checked()
+    names = {t["name"] for t in traces(page, "spend-over-time")}
+    assert names and names <= routes | {"(idle)", "(other)"}
+    # a filter change keeps the choice; so do the navigation links
+    page.locator("#filter-team").click()
+    page.get_by_role("option", name="platform", exact=True).click()
+    page.wait_for_function("() => location.search.includes('team=platform')")
+    assert "by=route" in page.url
+    page.locator(".nav-link", has_text="Latency").click()
+    page.wait_for_url("**/latency?**")
+    assert "by=route" in page.url
+    page.locator(".nav-link", has_text="Spend").click()
+    page.wait_for_selector("#spend-dim")
+    expect(page.get_by_label("Route", exact=True)).to_be_checked()
+    # the default leaves the URL; a value no page offers falls back to it silently
+    page.get_by_label("Team", exact=True).check()
+    page.wait_for_function("() => !location.search.includes('by=')")
+    page.goto(ledger_server.url + "/spend?by=workflow")
+    ready(page)
+    expect(page.get_by_label("Team", exact=True)).to_be_checked()
+    assert page.locator("#filter-problems").inner_text() == ""
+
+
+def _grid_rows(page) -> list[dict[str, str]]:
+    """The grid's rows as shown (formatted text), in display order."""
+    return page.evaluate(
+        """() => Array.from(document.querySelectorAll('#spend-teams .ag-center-cols-container'
+                 + ' .ag-row')).sort((a, b) => a.getAttribute('row-index')
+                 - b.getAttribute('row-index')).map(row => Object.fromEntries(
+                 Array.from(row.querySelectorAll('.ag-cell')).map(
+                   c => [c.getAttribute('col-id'), c.textContent])))"""
+    )
+
+
+def _grid_data(page) -> list[dict]:
+    """The grid's rows as data (unformatted numbers), in display order."""
+    return page.evaluate(
+        """async () => { const api = await dash_ag_grid.getApiAsync('spend-teams');
+             const rows = []; api.forEachNodeAfterFilterAndSort(n => rows.push(n.data));
+             return rows; }"""
+    )
+
+
+def _dollars(text: str) -> float:
+    return float(text.replace("$", "").replace(",", ""))
+
+
+def test_each_teams_idle_share_shows_whatever_the_policy(still_server, ledger_end, page) -> None:
+    ledger_server = still_server
+    st = ledger_server.storage
+    start, stop, query = whole_days(ledger_end)
+    window = {"s": start, "e": stop}
+    usage = dict(
+        st.fetchall(
+            "select coalesce(team, '(idle)'), sum(cost) from spend_hourly where idle_policy ="
+            " 'usage' and stage = 'idle' and hour >= $s and hour < $e group by all",
+            window,
+        )
+    )
+    idle = st.scalar(
+        "select sum(cost) from spend_hourly where idle_policy = 'separate' and stage = 'idle'"
+        " and hour >= $s and hour < $e",
+        window,
+    )
+    teams = {t for t in usage if t != "(idle)"}
+    assert teams and idle > 0 and sum(usage.values()) == pytest.approx(idle, rel=1e-9)
+    page.goto(ledger_server.url + "/spend" + query + "&idle=separate")
+    ready(page)
+    wait_rows = "() => document.querySelectorAll('#spend-teams .ag-row').length > 1"
+    page.wait_for_function(wait_rows)
+    expect(page.locator("#spend-teams-note")).to_contain_text("Separate line")
+    data = {r["team"]: r for r in _grid_data(page)}
+    for team in teams:
+        # under `separate` no team is charged idle, yet each sees its usage share
+        assert data[team]["idle_cost"] == 0
+        assert data[team]["usage_idle"] == pytest.approx(usage[team], rel=1e-9)
+        assert data[team]["usage_idle_share"] == pytest.approx(usage[team] / idle, rel=1e-9)
+    assert data["(idle)"]["cost"] == pytest.approx(idle, rel=1e-9)
+    # what is shown is the data, formatted: dollars and cents, a share in per cent
+    shown = {r["team"]: r for r in _grid_rows(page)}
+    for team, row in data.items():
+        assert _dollars(shown[team]["usage_idle"]) == pytest.approx(row["usage_idle"], abs=0.005)
+        assert shown[team]["usage_idle_share"].endswith("%")
+    # rows come biggest spend first; a first click on a header sorts it descending
+    costs = [r["cost"] for r in _grid_data(page)]
+    assert costs == sorted(costs, reverse=True)
+    page.locator("#spend-teams .ag-header-cell[col-id=requests]").click()
+    expect(page.locator("#spend-teams .ag-header-cell[col-id=requests]")).to_have_attribute(
+        "aria-sort", "descending"
+    )
+    counts = [r["requests"] for r in _grid_data(page)]
+    assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+    # the table fits the card: every column, the spend included, is on screen
+    grid = page.locator("#spend-teams").bounding_box()
+    for col in ("cost", "usage_idle", "requests"):
+        cell = page.locator(f"#spend-teams .ag-header-cell[col-id={col}]").bounding_box()
+        assert grid and cell and cell["x"] + cell["width"] <= grid["x"] + grid["width"] + 1
+    # under usage sharing each team is charged exactly its usage share
+    page.goto(ledger_server.url + "/spend" + query + "&idle=usage")
+    ready(page)
+    expect(page.locator("#spend-teams-note")).to_contain_text("Shared by usage")
+    page.wait_for_function(wait_rows)
+    data = {r["team"]: r for r in _grid_data(page)}
+    for team in teams:
+        assert data[team]["idle_cost"] == pytest.approx(usage[team], rel=1e-9), data
+
+
+def test_a_viewer_downloads_csv_naming_range_filters_and_policy(
+    demo_ledger, live_factory, tmp_path, ledger_end, tab
+) -> None:
+    page, _console = tab
+    copy = tmp_path / "viewer.duckdb"
+    shutil.copy(demo_ledger, copy)
+    live = live_factory(db=str(copy), auth__enabled=True, ledger__refresh_interval_s=0)
+    users.add_user(live.service.storage, "vic", "viewer", PASSWORDS["vic"], by="test")
+    start, stop, query = hours_up_to(ledger_end, 24)
+    path = "/spend" + query + "&team=finance-ops&idle=usage"
+    sign_in(page, live.url, "vic", PASSWORDS["vic"], path)
+    page.wait_for_url("**/spend?**")
+    ready(page)
+    filters = Filters(start, stop, team="finance-ops", policy="usage")
+    for button, name in (
+        ("#spend-tree-csv-button", "spend-tree"),  # components.chart's CSV
+        ("#spend-over-time-csv-button", "spend-by-team"),  # the page's own
+        ("#spend-teams-csv-button", "spend-idle-by-team"),
+    ):
+        with page.expect_download() as info:
+            page.locator(button).click()
+        download = info.value
+        assert download.suggested_filename == csv_name(name, filters)
+        assert download.suggested_filename.endswith("_team-finance-ops_usage.csv")
+        assert f"_{start:%Y-%m-%dT%H%M}_{stop:%Y-%m-%dT%H%M}_" in download.suggested_filename
+        lines = Path(download.path()).read_text("utf-8").splitlines()
+        assert lines[1] == f"# range: {start:%Y-%m-%d %H:%M} to {stop:%Y-%m-%d %H:%M} UTC"
+        assert lines[2] == "# filters: team=finance-ops"
+        assert lines[3].startswith("# idle policy: usage (Shared by usage")
+        rows = int(lines[4].removeprefix("# rows: "))
+        assert rows > 0 and len(lines) == 5 + 1 + rows
+        if name == "spend-idle-by-team":
+            # a team's share is of all idle, not only of the (none) idle filed under the team
+            (row,) = csv.DictReader(lines[5:])
+            assert row["team"] == "finance-ops" and 0 < float(row["usage_idle_share"]) < 1
+    # the request explorer stays analyst-only
+    resp = page.request.get(live.url + "/requests")
+    assert resp.status == 403
+
+
+def test_dragging_across_the_time_axis_narrows_the_range(still_server, ledger_end, page) -> None:
+    ledger_server = still_server
+    st = ledger_server.storage
+    _, _, query = whole_days(ledger_end)
+    page.goto(ledger_server.url + "/spend" + query + "&team=finance-ops")
+    ready(page)
+    drag = page.locator("#spend-over-time .nsewdrag").first.bounding_box()
+    assert drag
+    y = drag["y"] + drag["height"] / 2
+    page.mouse.move(drag["x"] + drag["width"] * 0.70, y)
+    page.mouse.down()
+    page.mouse.move(drag["x"] + drag["width"] * 0.80, y, steps=5)
+    page.mouse.move(drag["x"] + drag["width"] * 0.95, y, steps=5)
+    page.mouse.up()
+    page.wait_for_function("() => location.search.includes('T')")  # datetimes, not dates
+    q = parse_qs(urlsplit(page.url).query)
+    assert q["range"] == ["custom"] and q["team"] == ["finance-ops"]
+    start = datetime.fromisoformat(q["start"][0]).replace(tzinfo=UTC)
+    end = datetime.fromisoformat(q["end"][0]).replace(tzinfo=UTC)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d", q["start"][0])
+    first, last = whole_days(ledger_end)[:2]
+    assert first < start < end <= last and end - start < last - first
+    expected = st.scalar(
+        "select coalesce(sum(cost), 0) from spend_hourly where idle_policy = 'configured'"
+        " and team = 'finance-ops' and hour >= $s and hour < $e",
+        {"s": start, "e": end},
+    )
+    wait_kpi(page, money(expected))
+    expect(page.locator("#filter-range-value")).to_have_text("Custom…")
+    # a double-click resets the axis, not the range: the URL is the state
+    zoomed_url = page.url
+    page.mouse.dblclick(drag["x"] + drag["width"] / 2, y)
+    page.wait_for_timeout(500)
+    assert page.url == zoomed_url
+    # a filter change afterwards keeps the zoomed times
+    page.locator("#filter-idle").click()
+    page.get_by_role("option", name="Shared by usage").click()
+    page.wait_for_function("() => location.search.includes('idle=usage')")
+    q2 = parse_qs(urlsplit(page.url).query)
+    assert (q2["start"], q2["end"]) == (q["start"], q["end"])

@@ -54,7 +54,9 @@ PUBLIC_PATHS = frozenset(
 #: Callbacks outside page modules that need more than viewer: (module, function name) -> role.
 #: Page modules' callbacks need their page's min_role without being listed.
 CALLBACK_ROLES: dict[tuple[str, str], Role] = {
-    ("app.components", "_csv"): Role.ANALYST,  # components.chart's "Download CSV"
+    # components.chart's "Download CSV": viewers too (issue #10: the people who browse the
+    # dashboards take the numbers to a spreadsheet); the request explorer stays analyst-only.
+    ("app.components", "_csv"): Role.VIEWER,
 }
 
 

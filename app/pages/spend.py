@@ -1,6 +1,10 @@
 """Spend: where the money went over time, by team, app, route, model, stage or environment;
-the team → app → route breakdown with a drill-down that narrows the global filters; and the
-idle cost, shown under the idle policy chosen in the filter bar.
+the team → app → route breakdown with a drill-down that narrows the global filters; the idle
+cost, shown under the idle policy chosen in the filter bar; and per team, the idle it would
+carry if idle were shared by usage, whatever the policy (issue #10: finance asks for it).
+
+The breakdown dimension is a page-level choice kept in the URL (`by=route`, app.filters
+.PAGE_KEYS), so a reload, the navigation and a copied link keep it.
 
 Drill-down: a click on a treemap node sets the filter bar's team/app/route dropdowns; the shell
 then writes the URL (so the link is shareable and the dropdowns show the drill) and every chart
@@ -12,32 +16,43 @@ from __future__ import annotations
 from typing import Any
 
 import dash
+import dash_ag_grid as dag
 import plotly.graph_objects as go
 from dash import Input, Output, State, callback, ctx, dcc, html
 from dash.exceptions import PreventUpdate
 
 from app import context, palette
 from app.components import (
+    TICK_ID,
     URL_ID,
     chart,
     chart_card,
+    choice_in_url,
     ids,
     money,
     number,
     stat,
-    to_csv,
     why_empty,
+    zoom_to_range,
 )
+from app.exports import csv_download
 from app.figures import empty_figure, style
-from app.filters import filters_from, parse
-from app.shell import FILTER_ID
+from app.filters import FILTER_ID, filters_from, parse
+from app.formats import coverage_marks
 from ledger import overview as ov
-from ledger.queries import Filters
+from ledger.queries import Filters, run
+from models import idle_policy
 
 dash.register_page(__name__, path="/spend", name="Spend", title="Spend · InferLedger", order=10)
 
 _id = ids("spend")
 REQUESTS_PATH = "/requests"
+#: The breakdown dimension's URL key (app.filters.PAGE_KEYS) and its default.
+DIM_KEY, DIM_DEFAULT = "by", "team"
+
+
+def _dim(search: str | None) -> str:
+    return parse(search).choice(DIM_KEY, ov.SPEND_DIMENSIONS, DIM_DEFAULT)
 
 
 # --------------------------------------------------------------------------- spend over time
@@ -128,8 +143,91 @@ TREE = chart(
 )
 
 
+# --------------------------------------------------------------------------- idle per team
+def teams_table(filters: Filters) -> Any:
+    """Per team: spend and the idle charged under the chosen policy, and the idle it would
+    carry if idle were shared by usage (sql/queries/spend_by_team.sql)."""
+    return run(context.storage(), "spend_by_team", filters)
+
+
+_MONEY = {"function": "d3.format('$,.2f')(params.value)"}
+TEAM_COLUMNS = [
+    {"field": "team", "headerName": "Team", "minWidth": 130},
+    {"field": "cost", "headerName": "Spend", "valueFormatter": _MONEY, "type": "numericColumn"},
+    {
+        "field": "idle_cost",
+        "headerName": "Idle charged (policy)",
+        "headerTooltip": "The idle GPU cost the chosen idle policy charges this team",
+        "valueFormatter": _MONEY,
+        "type": "numericColumn",
+    },
+    {
+        "field": "usage_idle",
+        "headerName": "Idle share by usage",
+        "headerTooltip": "What this team would carry if idle were shared by usage, "
+        "whatever the chosen policy",
+        "valueFormatter": _MONEY,
+        "type": "numericColumn",
+    },
+    {
+        "field": "usage_idle_share",
+        "headerName": "Share of idle",
+        "valueFormatter": {
+            "function": "params.value == null ? '' : d3.format('.1%')(params.value)"
+        },
+        "type": "numericColumn",
+    },
+    {
+        "field": "requests",
+        "headerName": "Requests",
+        "valueFormatter": {"function": "d3.format(',')(params.value)"},
+        "type": "numericColumn",
+    },
+]
+
+
+def _teams_card() -> html.Section:
+    return html.Section(
+        [
+            html.Div(
+                [
+                    html.H2("Idle share per team", className="card-title"),
+                    html.Button(
+                        "Download CSV",
+                        id=_id("teams-csv-button"),
+                        className="button small",
+                        title="Download the per-team spend and idle shares as CSV",
+                    ),
+                ],
+                className="card-head",
+            ),
+            html.P(id=_id("teams-note"), className="card-note"),
+            dag.AgGrid(
+                id=_id("teams"),
+                columnDefs=TEAM_COLUMNS,
+                rowData=[],
+                # Fit the card's width (every column, the cost included, visible without a
+                # scroll bar); the first click on a header sorts descending: the biggest first.
+                columnSize="responsiveSizeToFit",
+                defaultColDef={
+                    "sortable": True,
+                    "resizable": True,
+                    "sortingOrder": ["desc", "asc", None],
+                },
+                dashGridOptions={"domLayout": "autoHeight", "animateRows": False},
+                className="spend-teams",
+            ),
+            dcc.Download(id=_id("teams-csv")),
+        ],
+        className="card",
+        **{"aria-label": "Idle share per team"},
+    )
+
+
 # --------------------------------------------------------------------------- layout
-def layout(**_kwargs: object) -> html.Div:
+def layout(**kwargs: object) -> html.Div:
+    by = kwargs.get(DIM_KEY)
+    dim = by if by in ov.SPEND_DIMENSIONS else DIM_DEFAULT
     return html.Div(
         [
             html.Div(
@@ -144,10 +242,8 @@ def layout(**_kwargs: object) -> html.Div:
                     dcc.RadioItems(
                         id=_id("dim"),
                         options=[{"label": d.title(), "value": d} for d in ov.SPEND_DIMENSIONS],
-                        value="team",
+                        value=dim,
                         inline=True,
-                        persistence=True,
-                        persistence_type="session",
                         className="radio-row",
                     ),
                 ],
@@ -184,9 +280,14 @@ def layout(**_kwargs: object) -> html.Div:
                 className="spend-drill",
             ),
             TREE,
+            _teams_card(),
         ],
         className="page spend-page",
     )
+
+
+def _spend_hint(s: ov.SpendSummary) -> str:
+    return f"{number(s.requests)} requests" + coverage_marks(s.estimated_cost, s.unpriced_requests)
 
 
 # --------------------------------------------------------------------------- callbacks
@@ -195,12 +296,13 @@ def layout(**_kwargs: object) -> html.Div:
     Output(_id("idle-line"), "children"),
     Output(_id("subtitle"), "children"),
     Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),
 )
-def _kpis(search: str | None) -> tuple[list[html.Div], str, str]:
+def _kpis(search: str | None, _tick: int | None) -> tuple[list[html.Div], str, str]:
     filters = filters_from(search)
     s = ov.spend_summary(context.storage(), filters)
     tiles = [
-        stat("Spend", money(s.spend), hint=f"{number(s.requests)} requests", id=_id("kpi-spend")),
+        stat("Spend", money(s.spend), hint=_spend_hint(s), id=_id("kpi-spend")),
         stat(
             "Charged to requests",
             money(s.allocated),
@@ -223,11 +325,11 @@ def _kpis(search: str | None) -> tuple[list[html.Div], str, str]:
     Output(_id("over-time"), "figure"),
     Output(_id("over-time-empty"), "children"),
     Input(URL_ID, "search"),
-    Input(_id("dim"), "value"),
+    Input(TICK_ID, "data"),
 )
-def _over_time(search: str | None, dim: str | None) -> tuple[go.Figure, str]:
+def _over_time(search: str | None, _tick: int | None) -> tuple[go.Figure, str]:
     filters = filters_from(search)
-    dim = dim or "team"
+    dim = _dim(search)
     table = ov.spend_over_time(context.storage(), filters, dim)
     if table.num_rows == 0:
         return empty_figure(), why_empty(filters)
@@ -238,13 +340,44 @@ def _over_time(search: str | None, dim: str | None) -> tuple[go.Figure, str]:
     Output(_id("over-time-csv"), "data"),
     Input(_id("over-time-csv-button"), "n_clicks"),
     State(URL_ID, "search"),
-    State(_id("dim"), "value"),
     prevent_initial_call=True,
 )
-def _over_time_csv(_clicks: int | None, search: str | None, dim: str | None) -> dict[str, Any]:
-    dim = dim or "team"
-    table = ov.spend_over_time(context.storage(), filters_from(search), dim)
-    return dcc.send_string(to_csv(table), f"inferledger-spend-by-{dim}.csv")
+def _over_time_csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
+    filters, dim = filters_from(search), _dim(search)
+    table = ov.spend_over_time(context.storage(), filters, dim)
+    return csv_download(table, f"spend-by-{dim}", filters)
+
+
+choice_in_url(_id("dim"), DIM_KEY, DIM_DEFAULT)
+zoom_to_range(_id("over-time"))
+
+
+@callback(
+    Output(_id("teams"), "rowData"),
+    Output(_id("teams-note"), "children"),
+    Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),
+)
+def _teams(search: str | None, _tick: int | None) -> tuple[list[dict[str, Any]], str]:
+    filters = filters_from(search)
+    label = idle_policy.LABEL.get(filters.policy, filters.policy)
+    note = (
+        f"Spend and idle charged under the idle policy in use: {label} "
+        f"({idle_policy.DESCRIPTION.get(filters.policy, '')}). 'Idle share by usage' is what each "
+        "team would carry if idle were shared by usage, whatever that policy."
+    )
+    return teams_table(filters).to_pylist(), note
+
+
+@callback(
+    Output(_id("teams-csv"), "data"),
+    Input(_id("teams-csv-button"), "n_clicks"),
+    State(URL_ID, "search"),
+    prevent_initial_call=True,
+)
+def _teams_csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
+    filters = filters_from(search)
+    return csv_download(teams_table(filters), "spend-idle-by-team", filters)
 
 
 @callback(
