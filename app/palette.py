@@ -29,6 +29,7 @@ TRANSPARENT = "rgba(0,0,0,0)"
 HEADER_FILL = "#f6f8fa"  # table headers
 FAILED_ROW_FILL = "#fff1f0"  # a failed request's row
 FAILED_TEXT = "#b91c1c"
+HOT_ROW_FILL = "#fde8e1"  # a replica far hotter than its deployment's mean
 
 #: The Overview trend's three panels.
 TREND_SPEND = BRAND

@@ -17,6 +17,13 @@ scans what lies between them.
 
 SLO targets are data: :func:`seed_slo_targets_if_empty` loads models/data/slo_targets.yaml into
 ``slo_targets`` on first start; the ``slo_attainment`` view reads the table at query time.
+
+Per replica and over time (the GPU & cache page, issue #10): :func:`replica_table` (one row per
+vLLM replica with its utilisation beside its deployment's mean), :func:`replica_over_time`
+(KV occupancy, waiting requests and queue time per deployment and replica, at a resolution
+chosen from the range by :func:`series_window_s`) and :func:`rightsizing_findings`
+(models/rightsizing.py over 5-minute windows), all over scraped time only
+(sql/queries/replica_*.sql).
 """
 
 from __future__ import annotations
@@ -29,13 +36,16 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import sqlalchemy as sa
 
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
 from inferledger.core.yaml_files import parse_yaml
+from ledger.queries import Filters, run
 from ledger.schema import slo_targets
 from ledger.sql_steps import load_steps, run_step
+from models import rightsizing
 
 #: KV-cache usage (0..1) at or above which a waiting request counts as KV-bound.
 KV_HIGH_USAGE = 0.9
@@ -392,3 +402,222 @@ def _parse_time(value: Any) -> datetime:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.astimezone(UTC)
+
+
+# ---------------------------------------------------------------------------- per replica
+#: Resolutions the over-time charts may use (seconds), finest first; the scrape interval is
+#: tried before them. A chart draws at most SERIES_MAX_POINTS windows per series.
+SERIES_STEPS_S = (60, 300, 900, 3600, 21600, 86400)
+SERIES_MAX_POINTS = 360
+#: A replica whose utilisation is this many times its deployment's mean is marked hot.
+HOT_REPLICA_RATIO = 1.5
+
+
+def series_window_s(storage: Storage, filters: Filters) -> int:
+    """The window of the over-time charts: the finest of the scrape interval, 1 min, 5 min,
+    15 min, 1 h, 6 h and 1 day that draws the scraped part of the range in at most
+    SERIES_MAX_POINTS windows (15 s scrapes: per scrape up to 1.5 h, 1 min up to 6 h, 5 min up
+    to 30 h, 15 min up to 3.75 days, hourly up to 15 days)."""
+    (row,) = run(storage, "replica_span", filters).to_pylist()
+    first, last = row["first_scrape"], row["last_scrape"]
+    span_s = (last - first).total_seconds() if first and last else 0.0
+    interval = row["scrape_interval_s"]
+    steps = [*([math.ceil(interval)] if interval and interval < 60 else []), *SERIES_STEPS_S]
+    for step in steps:
+        if span_s / step <= SERIES_MAX_POINTS:
+            return int(step)
+    return SERIES_STEPS_S[-1]
+
+
+def replica_over_time(storage: Storage, filters: Filters) -> pa.Table:
+    """KV-cache occupancy, waiting and running requests, preemptions, requests and queue-time
+    p95 per deployment (replica NULL) and per replica x window (sql/queries/replica_windows.sql),
+    with the window length in ``window_s``; only windows with scraped time."""
+    window_s = series_window_s(storage, filters)
+    table = _windows(storage, filters, window_s)
+    return table.append_column("window_s", pa.array([window_s] * table.num_rows, pa.int64()))
+
+
+def _windows(storage: Storage, filters: Filters, window_s: int) -> pa.Table:
+    return run(
+        storage, "replica_windows", filters, window_s=int(window_s), max_gap_s=MAX_SAMPLE_GAP_S
+    )
+
+
+def _range_s(filters: Filters) -> int:
+    return math.ceil((filters.end - filters.start).total_seconds())
+
+
+REPLICA_COLUMNS = (
+    "deployment", "replica", "gpus", "utilization", "utilization_source", "deployment_mean",
+    "vs_deployment", "hot", "busy_share", "gpu_util", "kv_mean", "kv_max", "waiting_mean",
+    "waiting_max", "queue_p95_s", "preemptions", "requests", "total_cost", "idle_cost",
+    "covered_hours",
+)  # fmt: skip
+
+
+def replica_table(storage: Storage, filters: Filters) -> pa.Table:
+    """One row per vLLM replica over the range's scraped time: utilisation (DCGM of its GPUs
+    where the GPU -> replica mapping is known, else its busy share: the share of scraped time
+    a request was running), its deployment's mean utilisation and the ratio to it (``hot``
+    from HOT_REPLICA_RATIO with two replicas or more), KV occupancy and waiting requests (mean,
+    peak), queue-time p95, preemptions, requests and GPU cost. Sorted by deployment, hottest
+    first."""
+    windows = _windows(storage, filters, _range_s(filters)).to_pylist()
+    gauges = {r["replica"]: r for r in windows if r["replica"] is not None}
+    rows = []
+    for c in run(storage, "replica_costs", filters).to_pylist():
+        g = gauges.get(c["replica"])
+        if g is None:
+            continue  # no scrape of it in the range
+        util, source = (
+            (c["gpu_util"], "DCGM") if c["gpu_util"] is not None else (g["busy_share"], "busy")
+        )
+        rows.append(
+            {
+                "deployment": c["deployment"],
+                "replica": c["replica"],
+                "gpus": c["gpus"],
+                "utilization": util,
+                "utilization_source": source,
+                "busy_share": g["busy_share"],
+                "gpu_util": c["gpu_util"],
+                "kv_mean": g["kv_mean"],
+                "kv_max": g["kv_max"],
+                "waiting_mean": g["waiting_mean"],
+                "waiting_max": g["waiting_max"],
+                "queue_p95_s": g["queue_p95_s"],
+                "preemptions": g["preemptions"],
+                "requests": g["requests"],
+                "total_cost": c["total_cost"],
+                "idle_cost": c["idle_cost"],
+                "covered_hours": g["covered_s"] / 3600,
+            }
+        )
+    by_deployment: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_deployment.setdefault(r["deployment"], []).append(r)
+    for group in by_deployment.values():
+        utils = [r["utilization"] for r in group if r["utilization"] is not None]
+        mean = sum(utils) / len(utils) if utils else None
+        for r in group:
+            r["deployment_mean"] = mean
+            ratio = r["utilization"] / mean if mean and r["utilization"] is not None else None
+            r["vs_deployment"] = ratio
+            r["hot"] = bool(len(group) > 1 and ratio is not None and ratio >= HOT_REPLICA_RATIO)
+    rows.sort(key=lambda r: (r["deployment"], -(r["utilization"] or 0.0), r["replica"]))
+    return _table(rows, REPLICA_COLUMNS, _REPLICA_TYPES)
+
+
+_REPLICA_TYPES: dict[str, pa.DataType] = {
+    "deployment": pa.string(), "replica": pa.string(), "gpus": pa.int64(),
+    "utilization_source": pa.string(), "hot": pa.bool_(), "requests": pa.int64(),
+}  # fmt: skip
+
+
+def _table(
+    rows: Sequence[dict[str, Any]], columns: Sequence[str], types: dict[str, pa.DataType]
+) -> pa.Table:
+    """Rows as an Arrow table with these columns (float64 unless typed), also when empty."""
+    return pa.table(
+        {c: pa.array([r[c] for r in rows], types.get(c, pa.float64())) for c in columns}
+    )
+
+
+#: How the findings table names each verdict.
+VERDICT_LABELS = {
+    rightsizing.Verdict.ADD_CAPACITY: "Add capacity",
+    rightsizing.Verdict.CUT: "Cut GPUs",
+    rightsizing.Verdict.RIGHT_SIZED: "Right-sized",
+    rightsizing.Verdict.NO_DATA: "No scrapes",
+}
+FINDING_COLUMNS = (
+    "deployment",
+    "verdict",
+    "verdict_label",
+    "message",
+    "idle_share",
+    "replicas_held",
+    "gpus_per_replica",
+    "gpus_held",
+    "peak_need_replicas",
+    "binding",
+    "peak_start",
+    "peak_busy_replicas",
+    "peak_kv_replicas",
+    "gpus_to_cut",
+    "price_per_gpu_hour",
+    "saving_per_week",
+    "saturated_windows",
+    "windows",
+    "first_saturated",
+    "covered_hours",
+    "window_s",
+    "target_utilization",
+)
+_FINDING_TYPES: dict[str, pa.DataType] = {
+    "deployment": pa.string(), "verdict": pa.string(), "verdict_label": pa.string(),
+    "message": pa.string(), "binding": pa.string(), "peak_start": pa.timestamp("us", tz="UTC"),
+    "first_saturated": pa.timestamp("us", tz="UTC"), "replicas_held": pa.int64(),
+    "gpus_per_replica": pa.int64(), "gpus_held": pa.int64(), "peak_need_replicas": pa.int64(),
+    "gpus_to_cut": pa.int64(), "saturated_windows": pa.int64(), "windows": pa.int64(),
+    "window_s": pa.int64(),
+}  # fmt: skip
+
+
+def rightsizing_inputs(storage: Storage, filters: Filters) -> list[rightsizing.Deployment]:
+    """Each selected deployment's 5-minute windows of scraped time (deployment rows of
+    sql/queries/replica_windows.sql), GPUs per replica and the range's $/GPU-hour (GPU cost
+    over priced GPU-hours, sql/queries/replica_costs.sql; None when unpriced)."""
+    costs: dict[str, dict[str, float]] = {}
+    for c in run(storage, "replica_costs", filters).to_pylist():
+        d = costs.setdefault(c["deployment"], {"gpus": 1, "cost": 0.0, "priced_h": 0.0})
+        d["gpus"] = max(d["gpus"], c["gpus"] or 1)
+        if c["price_per_gpu_hour"] is not None and c["price_per_gpu_hour"] > 0:
+            d["cost"] += c["price_per_gpu_hour"] * (c["priced_gpu_hours"] or 0.0)
+            d["priced_h"] += c["priced_gpu_hours"] or 0.0
+    windows: dict[str, list[rightsizing.Window]] = {}
+    for w in _windows(storage, filters, rightsizing.WINDOW_S).to_pylist():
+        if w["replica"] is not None:
+            continue
+        windows.setdefault(w["deployment"], []).append(
+            rightsizing.Window(
+                start=w["window_start"],
+                replicas_up=int(w["replicas_up"]),
+                busy_replicas=float(w["busy_replicas"] or 0.0),
+                kv_replicas=float(w["kv_replicas"] or 0.0),
+                waiting=float(w["waiting_mean"] or 0.0),
+                preemptions=float(w["preemptions"] or 0.0),
+                busy_s=float(w["busy_s"]),
+                covered_s=float(w["covered_s"]),
+            )
+        )
+    return [
+        rightsizing.Deployment(
+            name=name,
+            gpus_per_replica=int(costs.get(name, {}).get("gpus", 1)),
+            price_per_gpu_hour=(
+                costs[name]["cost"] / costs[name]["priced_h"]
+                if name in costs and costs[name]["priced_h"] > 0
+                else None
+            ),
+            windows=ws,
+        )
+        for name, ws in sorted(windows.items())
+    ]
+
+
+def rightsizing_findings(storage: Storage, filters: Filters) -> pa.Table:
+    """The right-sizing finding of each selected deployment over the range's scraped time
+    (models/rightsizing.py: saturated first, then the largest saving), one row each."""
+    findings = rightsizing.rightsize_all(rightsizing_inputs(storage, filters))
+    rows = []
+    for f in findings:
+        row = {c: getattr(f, c, None) for c in FINDING_COLUMNS}
+        row["verdict"] = f.verdict.value
+        row["verdict_label"] = VERDICT_LABELS[f.verdict]
+        row["binding"] = f.binding.value if f.binding else None
+        row["window_s"] = rightsizing.WINDOW_S
+        row["target_utilization"] = rightsizing.TARGET_UTILIZATION
+        rows.append(row)
+    return _table(rows, FINDING_COLUMNS, _FINDING_TYPES)

@@ -66,7 +66,15 @@ def test_stage_percentiles_match_the_histograms(ledger_server, ledger_end, page)
     )
     assert len(slo[0]["y"]) == objectives > 0
     load = chart_data(page, "latency-load")
-    assert {t["name"] for t in load} == {"llama-3.1-8b-h200", "llama-3.1-70b-fp8-h200"}
+    # one series per self-hosted deployment that served a measured request in the range
+    served = ledger_server.storage.fetchall(
+        "select distinct deployment from mart_requests where hour >= ? and hour < ? and "
+        "hosting = 'self_hosted' and deployment is not null and not failed "
+        "and isfinite(ttft_s) and ttft_s >= 0",
+        [start, end],
+    )
+    assert {t["name"] for t in load} == {r[0] for r in served}
+    assert {"llama-3.1-8b-h200", "llama-3.1-70b-fp8-h200"} <= {t["name"] for t in load}
 
 
 @pytest.mark.browser
@@ -102,7 +110,9 @@ def test_csv_is_the_charted_numbers(ledger_server, ledger_end, page, tmp_path: P
         page.click("#latency-stages-csv-button")
     target = tmp_path / "stages.csv"
     info.value.save_as(target)
-    rows = list(csv.DictReader(io.StringIO(target.read_text())))
+    # the file opens with "# ..." lines naming the range, filters and idle policy (app/exports.py)
+    body = [line for line in target.read_text().splitlines(keepends=True) if line[:1] != "#"]
+    rows = list(csv.DictReader(io.StringIO("".join(body))))
 
     routes, _labels = traces[0]["y"]
     assert [r["route"] for r in rows] == routes

@@ -1,10 +1,13 @@
 """GPU & cache: per deployment, how busy the GPUs were (DCGM) beside the useful work the ledger
 attributes to requests, tokens per GPU-hour, KV-cache occupancy and preemptions, prefix-cache
 hit rate and the prefill dollars it saved, cost per 1M prompt and generation tokens, idle cost;
-and the apps whose requests share prefixes poorly.
+and the apps whose requests share prefixes poorly. Per replica (issue #10): each vLLM replica's
+utilisation beside its deployment's mean, KV occupancy, waiting requests and queue time over
+time, and right-sizing findings.
 
 Numbers: sql/queries/gpu_*.sql over cache_efficiency and cache_by_app_between
-(formulas: docs/efficiency.md, docs/cost-model.md "Efficiency").
+(formulas: docs/efficiency.md, docs/cost-model.md "Efficiency"); per replica and over time:
+ledger/efficiency.py over sql/queries/replica_*.sql; findings: models/rightsizing.py.
 """
 
 from __future__ import annotations
@@ -14,9 +17,10 @@ from typing import TYPE_CHECKING
 import dash
 import plotly.graph_objects as go
 from dash import Input, Output, callback, html
+from plotly.subplots import make_subplots
 
 from app import context, palette
-from app.components import URL_ID, chart, ids
+from app.components import TICK_ID, URL_ID, chart, ids
 from app.figures import (
     SHARE,
     Axis,
@@ -29,7 +33,7 @@ from app.figures import (
     table_figure,
 )
 from app.filters import filters_from
-from ledger import page_data
+from ledger import efficiency, page_data
 from ledger.queries import Filters, run
 
 if TYPE_CHECKING:
@@ -194,7 +198,7 @@ _prefix_figure = hbars_chart(
 _unit_cost_figure = hbars_chart(
     "deployment",
     UNIT_COST_SERIES,
-    x=Axis("USD per 1M tokens (log scale)", prefix="$", log=True),
+    x=Axis("USD per 1M tokens", prefix="$", from_zero=True),
     margin=_BY_DEPLOYMENT,
 )
 
@@ -219,6 +223,122 @@ _apps_figure = hbars_chart(
     hover_head="<b>%{y}</b> (rank %{customdata[0]})<br>",
     margin={"l": 230},
 )
+
+REPLICA_COLUMNS = (
+    Column("deployment", "Deployment", width=2.2),
+    Column("replica", "Replica", width=2),
+    Column("utilization", "Utilization", ".1%"),
+    Column("utilization_source", "From", width=0.8),
+    Column("deployment_mean", "Deployment mean", ".1%"),
+    Column("vs_deployment", "× mean", ".2f"),
+    Column("kv_mean", "KV mean", ".1%"),
+    Column("kv_max", "KV peak", ".1%"),
+    Column("waiting_mean", "Waiting mean", ",.2f"),
+    Column("waiting_max", "Waiting peak", ",.0f"),
+    Column("queue_p95_s", "Queue p95 (s)", ",.3f"),
+    Column("preemptions", "Preemptions", ",.0f"),
+    Column("requests", "Requests", ",.0f"),
+    Column("total_cost", "Cost", ",.2f", "$"),
+)
+FINDING_COLUMNS = (
+    Column("deployment", "Deployment", width=2.2),
+    Column("verdict_label", "Verdict", width=1.2),
+    Column("idle_share", "Idle", ".0%"),
+    Column("replicas_held", "Replicas", ",.0f"),
+    Column("peak_need_replicas", "Peak need", ",.0f"),
+    Column("binding", "Set by", width=0.9),
+    Column("gpus_to_cut", "GPUs to cut", ",.0f"),
+    Column("saving_per_week", "Saving / week", ",.2f", "$"),
+    Column("saturated_windows", "Saturated windows", ",.0f"),
+)
+#: The over-time panels: (column, y-axis title, tick format).
+OVER_TIME_PANELS = (
+    ("kv_mean", "KV-cache usage", SHARE),
+    ("waiting_mean", "Waiting requests", ",.1f"),
+    ("queue_p95_s", "Queue p95 (s)", ",.2~f"),
+)
+
+
+def _replicas(filters: Filters) -> pa.Table:
+    return efficiency.replica_table(context.storage(), filters)
+
+
+def _replicas_figure(table: pa.Table, _filters: Filters) -> go.Figure:
+    fig = table_figure(table, REPLICA_COLUMNS)
+    fills = [
+        palette.HOT_ROW_FILL if hot else palette.WHITE for hot in table.column("hot").to_pylist()
+    ]
+    fig.update_traces(cells_fill_color=[fills] * len(REPLICA_COLUMNS))
+    return fig
+
+
+def _over_time(filters: Filters) -> pa.Table:
+    return efficiency.replica_over_time(context.storage(), filters)
+
+
+def _over_time_figure(table: pa.Table, _filters: Filters) -> go.Figure:
+    """Three panels sharing the time axis; one line per deployment (solid), and per replica
+    (dotted, hidden until picked in the legend)."""
+    fig = make_subplots(
+        rows=len(OVER_TIME_PANELS), cols=1, shared_xaxes=True, vertical_spacing=0.06
+    )
+    rows = table.to_pylist()
+    deployments = list(dict.fromkeys(r["deployment"] for r in rows))
+    series: dict[tuple[str, str | None], list[dict]] = {}
+    for r in rows:
+        series.setdefault((r["deployment"], r["replica"]), []).append(r)
+    for (deployment, replica), points in series.items():
+        colour = palette.cycle(palette.DEPLOYMENTS, deployments.index(deployment))
+        name = deployment if replica is None else f"{replica}"
+        for i, (column, title, _fmt) in enumerate(OVER_TIME_PANELS, start=1):
+            fig.add_trace(
+                go.Scatter(
+                    x=[p["window_start"] for p in points],
+                    y=[p[column] for p in points],
+                    name=name,
+                    legendgroup=name,
+                    showlegend=i == 1,
+                    visible=True if replica is None else "legendonly",
+                    mode="lines",
+                    connectgaps=False,
+                    line={"color": colour, "dash": "solid" if replica is None else "dot"},
+                    customdata=[[p["kv_max"], p["waiting_max"], p["requests"]] for p in points],
+                    hovertemplate=(
+                        f"<b>{name}</b>, %{{x|%Y-%m-%d %H:%M}} UTC<br>{title}: %{{y}}<br>"
+                        "KV peak %{customdata[0]:.1%}, waiting peak %{customdata[1]:,.0f}, "
+                        "requests %{customdata[2]:,}<extra></extra>"
+                    ),
+                ),
+                row=i,
+                col=1,
+            )
+    for i, (_column, title, fmt) in enumerate(OVER_TIME_PANELS, start=1):
+        fig.update_yaxes(title_text=title, tickformat=fmt, rangemode="tozero", row=i, col=1)
+    style(fig)
+    return legend_on_top(fig)
+
+
+def _over_time_note(filters: Filters) -> str:
+    window_s = efficiency.series_window_s(context.storage(), filters)
+    step = (
+        f"{window_s // 3600} h"
+        if window_s >= 3600
+        else (f"{window_s // 60} min" if window_s >= 60 else f"{window_s} s")
+    )
+    return (
+        f"One point per {step} window of scraped time (finer for shorter ranges). Deployments "
+        "solid: KV usage is their replicas' mean, waiting the sum over replicas; replicas "
+        "dotted (pick them in the legend). Queue p95 from the requests' engine spans."
+    )
+
+
+def _findings(filters: Filters) -> pa.Table:
+    return efficiency.rightsizing_findings(context.storage(), filters)
+
+
+def _findings_figure(table: pa.Table, _filters: Filters) -> go.Figure:
+    return table_figure(table, FINDING_COLUMNS)
+
 
 SUMMARY = chart(
     ID,
@@ -283,6 +403,43 @@ APPS = chart(
 )
 
 
+REPLICAS = chart(
+    ID,
+    "replicas",
+    "Per replica: utilization beside the deployment's mean",
+    _replicas,
+    _replicas_figure,
+    height=260,
+    note=(
+        "Utilization: DCGM's for a replica whose GPUs are known (its own host or pod), else "
+        "its busy share (scraped time with a request running). Hottest first; shaded: "
+        f"{efficiency.HOT_REPLICA_RATIO:g}× its deployment's mean or more."
+    ),
+)
+OVER_TIME = chart(
+    ID,
+    "over-time",
+    "KV-cache usage, waiting requests and queue time over time",
+    _over_time,
+    _over_time_figure,
+    height=520,
+    note_fn=_over_time_note,
+)
+FINDINGS = chart(
+    ID,
+    "findings",
+    "Right-sizing findings",
+    _findings,
+    _findings_figure,
+    height=150,
+    note=(
+        "Peak need: the most replicas any 5-minute window of scraped time needed at 80 % "
+        "busy or KV usage (20 % headroom). A window where requests waited or were preempted "
+        "needed every replica: then the finding is to add capacity, never to cut."
+    ),
+)
+
+
 def layout(**_kwargs: object) -> html.Div:
     return html.Div(
         [
@@ -299,9 +456,26 @@ def layout(**_kwargs: object) -> html.Div:
             html.Div([UNIT_COST, IDLE], className="gpu-grid"),
             html.P(id=ID("apps-scope"), className="scope-note", role="note"),
             APPS,
+            html.H2("Replicas and right-sizing", className="section-title"),
+            html.Ul(id=ID("findings-list"), className="findings", role="list"),
+            FINDINGS,
+            REPLICAS,
+            OVER_TIME,
         ],
         className="gpu-page",
     )
+
+
+@callback(Output(ID("findings-list"), "children"), Input(URL_ID, "search"), Input(TICK_ID, "data"))
+def _findings_list(search: str | None, _tick: int | None) -> list[html.Li]:
+    """Each finding's sentence, saturated deployments first (the table below has the numbers)."""
+    table = _findings(filters_from(search))
+    return [
+        html.Li(message, className=f"finding finding-{verdict}")
+        for message, verdict in zip(
+            table.column("message").to_pylist(), table.column("verdict").to_pylist(), strict=True
+        )
+    ]
 
 
 @callback(
