@@ -1,4 +1,5 @@
-"""`inferledger prices`: list, load, set and delete price versions, and show the audit trail.
+"""`inferledger prices`: list, load, set, end, supersede and delete price versions, and show the
+audit trail.
 
 DuckDB lets one process open a database file, so these commands open the database themselves
 (--db, else the `db` setting) and need `inferledger serve` stopped; a locked file is one line.
@@ -25,6 +26,7 @@ from ledger.price_book import (
     PriceSource,
     PriceVersion,
     delete_price,
+    end_price,
     format_price,
     format_time,
     get_price,
@@ -35,6 +37,8 @@ from ledger.price_book import (
     parse_time,
     seed_if_empty,
     set_price,
+    supersede_price,
+    superseded_versions,
 )
 
 
@@ -65,6 +69,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     show = sub.add_parser("list", parents=[common], help="the prices in effect (a table)")
     show.add_argument("--at", metavar="ISO", help="in effect at this date/time [default: now]")
     show.add_argument("--all", action="store_true", help="every version, with its effective_to")
+    show.add_argument(
+        "--superseded", action="store_true", help="the versions replaced by a corrected price"
+    )
 
     load = sub.add_parser("load", parents=[common], help="add the prices of a YAML or CSV file")
     load.add_argument("file", metavar="FILE", help="price file (.yaml, .yml or .csv)")
@@ -101,6 +108,34 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     put.add_argument("--note", metavar="N", help="why (kept with the price and in the history)")
     put.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
 
+    end = sub.add_parser(
+        "end",
+        parents=[common],
+        help="end a price version at a time (it stops applying; the ledger re-prices)",
+        description="Set a version's effective_to: from then on it no longer applies, and until "
+        "a later version starts nothing of its key does (the command says which hours lose it).",
+    )
+    end.add_argument("price_id", metavar="PRICE_ID", type=int)
+    end.add_argument(
+        "--at", required=True, metavar="DATE", help="end (a date means 00:00 UTC, or ISO time)"
+    )
+    end.add_argument("--reason", required=True, metavar="WHY", help="kept in the audit trail")
+    end.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
+
+    supersede = sub.add_parser(
+        "supersede",
+        parents=[common],
+        help="replace a mistaken price version by a corrected price from the same start",
+        description="The corrected price gets a new price_id and the same start and end; the "
+        "mistaken version is kept (prices list --superseded), and the ledger re-prices from its "
+        "start.",
+    )
+    supersede.add_argument("price_id", metavar="PRICE_ID", type=int)
+    supersede.add_argument("price", metavar="PRICE", help="the corrected amount")
+    supersede.add_argument("--reason", required=True, metavar="WHY", help="kept in the audit trail")
+    supersede.add_argument("--note", metavar="N", help="the new version's note [default: kept]")
+    supersede.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
+
     delete = sub.add_parser("delete", parents=[common], help="delete one price version by id")
     delete.add_argument("price_id", metavar="PRICE_ID", type=int)
     delete.add_argument("--by", metavar="NAME", help="who makes the change [default: $USER]")
@@ -118,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
         "list": _list,
         "set": _set,
         "delete": _delete,
+        "end": _end,
+        "supersede": _supersede,
         "history": _history,
     }
     if action == "load":
@@ -152,8 +189,11 @@ def _who(args: argparse.Namespace) -> str:
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:
-    if args.all and args.at:
-        raise PricesCommandError("give --at or --all, not both")
+    if sum(map(bool, (args.all, args.at, args.superseded))) > 1:
+        raise PricesCommandError("give one of --at, --all and --superseded")
+    if args.superseded:
+        _list_superseded(storage)
+        return
     if args.all:
         versions = list_prices(storage)
     else:
@@ -235,6 +275,55 @@ def _set(storage: Storage, args: argparse.Namespace) -> None:
     print(f"price_id {price_id}: {v.describe()} = {format_price(v.price)} {v.currency}")
 
 
+def _list_superseded(storage: Storage) -> None:
+    gone = superseded_versions(storage)
+    if not gone:
+        print("(no superseded versions)")
+        return
+    head = ["id", "kind", "subject", "deployment", "unit", "price", "from", "by_id", "at", "by"]
+    rows = [
+        [
+            str(s.version.price_id),
+            s.version.kind.value,
+            s.version.subject,
+            s.version.deployment,
+            s.version.unit.value,
+            format_price(s.version.price),
+            format_time(s.version.effective_from),
+            str(s.superseded_by),
+            format_time(s.superseded_at),
+            s.changed_by,
+            s.reason,
+        ]
+        for s in gone
+    ]
+    print(_format_rows([*head, "reason"], rows, right={"id", "price", "by_id"}))
+
+
+def _end(storage: Storage, args: argparse.Namespace) -> None:
+    done = end_price(storage, args.price_id, args.at, changed_by=_who(args), reason=args.reason)
+    v = done.version
+    print(f"ended price_id {v.price_id} ({v.describe()}) at {format_time(done.at)}")
+    print(done.gap())
+
+
+def _supersede(storage: Storage, args: argparse.Namespace) -> None:
+    old = get_price(storage, args.price_id)
+    new = supersede_price(
+        storage,
+        args.price_id,
+        args.price,
+        changed_by=_who(args),
+        reason=args.reason,
+        source=PriceSource.CLI,
+        note=args.note,
+    )
+    print(
+        f"superseded price_id {old.price_id} ({format_price(old.price)} {old.currency}) by "
+        f"price_id {new.price_id}: {new.describe()} = {format_price(new.price)} {new.currency}"
+    )
+
+
 def _delete(storage: Storage, args: argparse.Namespace) -> None:
     v = delete_price(storage, args.price_id, changed_by=_who(args))
     print(f"deleted price_id {v.price_id}: {v.describe()} = {format_price(v.price)} {v.currency}")
@@ -259,6 +348,7 @@ def _history(storage: Storage, args: argparse.Namespace) -> None:
         "new",
         "effective_from",
         "note",
+        "reason",
     ]
     rows = [
         [
@@ -275,6 +365,7 @@ def _history(storage: Storage, args: argparse.Namespace) -> None:
             "" if c.new_price is None else format_price(c.new_price),
             format_time(c.effective_from),
             c.note or "",
+            c.reason or "",
         ]
         for c in changes
     ]

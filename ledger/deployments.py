@@ -13,6 +13,9 @@ A **deployment** is a named group of identical replicas (``scrape.targets[].depl
   the ``replicas`` table.
 
 The ``deployment_replicas`` view joins both: a configured value wins, a learned one fills the gap.
+
+The admin Deployments page also edits the SLO targets here (:func:`save_slo_target`,
+:func:`remove_slo_target`), shown by name and what they judge, never by ``target_id``.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 
+from ledger.efficiency import SloTargetsError, parse_slo_target
 from ledger.schema import deployments as deployments_table
+from ledger.schema import slo_targets
 from models.deployment_config import (
     Deployment,
     DeploymentConfigError,
@@ -386,3 +391,175 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 def _unix_ns(ts: datetime) -> int:
     return (ts - _EPOCH) // timedelta(microseconds=1) * 1_000
+
+
+# ---------------------------------------------------------------------------- SLO targets
+# models/data/slo_targets.yaml seeds slo_targets on a database's first start
+# (ledger.efficiency.seed_slo_targets_if_empty, rows with source 'config'); after that the table
+# is the owner, and the admin Deployments page edits it here (rows with source 'ui'). Every
+# target is shown and chosen by its name and what it judges (objective, route, stage,
+# percentile), never by target_id.
+
+_latency_buckets = sa.table("mart_latency_buckets", sa.column("route", sa.String))
+
+
+@dataclass(frozen=True, slots=True)
+class SloTargetRow:
+    """The version of an objective in effect now (its latest), as the admin page shows it."""
+
+    objective: str
+    route: str
+    stage: str
+    percentile: float  # a share, 0 < p <= 1 (0.95 = p95), as stored
+    target_s: float
+    app: str | None
+    environment: str | None
+    effective_from: datetime
+    note: str | None
+    source: str  # 'config' (the seed file) or 'ui'
+    versions: int  # how many versions the objective has
+
+    def describe(self) -> str:
+        """'/answer ttft p95 ≤ 0.5 s' (plus the app or environment when it is limited to one)."""
+        only = "".join(f" {w}={v}" for w, v in (("app", self.app), ("env", self.environment)) if v)
+        return f"{self.route} {self.stage} p{self.percentile * 100:g} ≤ {self.target_s:g} s{only}"
+
+
+def list_slo_targets(storage: Storage) -> list[SloTargetRow]:
+    """Each objective's latest version, by objective name."""
+    t = slo_targets
+    c = t.c
+    versions = (
+        sa.select(
+            c.objective, c.route, c.stage, c.percentile, c.target_s, c.app, c.environment,
+            c.effective_from, c.note, c.source,
+            sa.func.row_number()
+            .over(partition_by=c.objective, order_by=c.effective_from.desc())
+            .label("newest"),
+            sa.func.count().over(partition_by=c.objective).label("versions"),
+        )
+    ).subquery()  # fmt: skip
+    v = versions.c
+    rows = storage.select(
+        sa.select(*[col for col in v if col.name != "newest"])
+        .where(v.newest == 1)
+        .order_by(v.objective)
+    )
+    return [SloTargetRow(*row[:10], int(row[10])) for row in rows]
+
+
+def known_routes(storage: Storage) -> list[str]:
+    """Routes with latency data (mart_latency_buckets) or a target already: what an SLO target
+    may name without being confirmed as a new route."""
+    t = slo_targets
+    seen = storage.select(sa.select(_latency_buckets.c.route).distinct())
+    targets = storage.select(sa.select(t.c.route).distinct())
+    return sorted({r for (r,) in seen if r} | {r for (r,) in targets if r})
+
+
+def save_slo_target(
+    storage: Storage,
+    *,
+    objective: str,
+    route: str,
+    stage: str,
+    percentile: float | str,
+    target_s: float | str,
+    app: str | None = None,
+    environment: str | None = None,
+    note: str | None = None,
+    new_route: bool = False,
+) -> str:
+    """Add an objective, or change its latest version in place (the page judges at query time,
+    so a change applies to every hour that version covers); returns 'added' or 'changed'.
+
+    ``percentile`` is a percent here, 0 < p <= 100 (95 = p95), as an admin types it; the table
+    holds the share. ``route`` must be a route with latency data or a target already, a LIKE
+    pattern ('/%'), or, with ``new_route``, a new route that starts with '/'. Refused with a
+    one-line SloTargetsError, nothing written, otherwise."""
+    try:
+        pct = _number(percentile, "percentile")
+        if not 0 < pct <= 100:
+            raise ValueError(f"percentile must be in (0, 100] (95 for p95), got {pct:g}")
+        entry = {
+            "objective": objective,
+            "route": route,
+            "stage": stage,
+            "percentile": pct / 100,
+            "target_s": _number(target_s, "target (seconds)"),
+            "app": (app or "").strip() or None,
+            "environment": (environment or "").strip() or None,
+            "note": (note or "").strip() or None,
+        }
+        target = parse_slo_target(entry, datetime(2000, 1, 1, tzinfo=UTC))
+    except ValueError as exc:
+        raise SloTargetsError(f"SLO target {str(objective or '').strip()!r}: {exc}") from None
+    if not target.route.startswith("/"):
+        raise SloTargetsError(f"SLO target {target.objective!r}: a route starts with '/'")
+    pattern = "%" in target.route or "_" in target.route
+    if not pattern and not new_route and target.route not in known_routes(storage):
+        raise SloTargetsError(
+            f"SLO target {target.objective!r}: route {target.route} has no traffic or target "
+            "yet; check the name, or confirm it as a new route"
+        )
+    t = slo_targets
+    values = {
+        "route": target.route,
+        "stage": target.stage,
+        "percentile": target.percentile,
+        "target_s": target.target_s,
+        "app": target.app,
+        "environment": target.environment,
+        "note": target.note,
+        "source": "ui",
+    }
+
+    def op(tx: Transaction) -> str:
+        latest = tx.run(
+            sa.select(t.c.target_id)
+            .where(t.c.objective == target.objective)
+            .order_by(t.c.effective_from.desc())
+            .limit(1)
+        ).fetchone()
+        if latest is None:
+            tx.run(
+                sa.insert(t).values(
+                    objective=target.objective, effective_from=target.effective_from, **values
+                )
+            )
+            return "added"
+        tx.run(sa.update(t).where(t.c.target_id == latest[0]).values(**values))
+        return "changed"
+
+    return storage.write(op)
+
+
+def remove_slo_target(storage: Storage, objective: str) -> int:
+    """Remove an objective (every version of it); returns the versions removed. An unknown
+    name is refused, nothing written."""
+    name = str(objective or "").strip()
+    t = slo_targets
+
+    def op(tx: Transaction) -> int:
+        row = tx.run(
+            sa.select(sa.func.count()).select_from(t).where(t.c.objective == name)
+        ).fetchone()
+        count = int(row[0]) if row else 0
+        if not count:
+            raise SloTargetsError(f"no SLO target named {name!r}")
+        tx.run(sa.delete(t).where(t.c.objective == name))
+        return count
+
+    return storage.write(op)
+
+
+def _number(value: Any, field: str) -> float:
+    if isinstance(value, bool) or value is None or value == "":
+        raise ValueError(f"{field} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{field} must be a number, got {value!r}") from None
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ValueError(f"{field} must be a finite number, got {value!r}")
+    return number

@@ -2,9 +2,12 @@
 
 One row of ``price_book`` is one price *version*: ``(kind, subject, deployment, unit, price,
 effective_from)``. The price in effect at time *t* is the version with the latest
-``effective_from <= t`` (the ``prices_effective`` view adds each version's ``effective_to``).
-Every insert, update and delete also appends one ``price_book_changes`` row in the same
-transaction, so the mart refresher can re-price from the earliest time a change affects.
+``effective_from <= t`` (the ``prices_effective`` view adds each version's ``effective_to``: the
+earlier of its explicit end, set by :func:`end_price`, and the next version's start). A mistaken
+version is superseded (:func:`supersede_price`): a corrected price takes its place from the same
+start and the old row is kept in ``price_book_superseded``. Every insert, update, delete, end and
+supersede also appends one ``price_book_changes`` row in the same transaction, so the mart
+refresher can re-price from the earliest time a change affects.
 
 Prices arrive from a file (YAML or CSV, :func:`load_price_file`), the ``inferledger prices`` CLI,
 and later the UI and API. Each is validated by one function (:func:`parse_price`) so a bad value
@@ -42,7 +45,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
-from ledger.schema import price_book, price_book_changes
+from ledger.schema import price_book, price_book_changes, price_book_superseded
 from models.gpu_catalog import get_gpu
 
 BUNDLED_PRICE_FILE = "models/data/prices.yaml"
@@ -94,6 +97,8 @@ class ChangeAction(StrEnum):
     INSERT = "insert"
     UPDATE = "update"
     DELETE = "delete"
+    END = "end"  # an explicit effective_to was set (migration 0014)
+    SUPERSEDE = "supersede"  # a corrected price replaced the version from the same start
 
 
 ALLOWED_UNITS: Mapping[PriceKind, tuple[PriceUnit, ...]] = {
@@ -187,6 +192,61 @@ class PriceChange:
     note: str | None
     old_effective_from: datetime | None
     new_effective_from: datetime | None
+    old_effective_to: datetime | None = None
+    new_effective_to: datetime | None = None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChangePage:
+    """One page of the audit trail, newest first: ``total`` rows in all, these from ``offset``."""
+
+    changes: list[PriceChange]
+    offset: int
+    limit: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class SupersededVersion:
+    """A version replaced by a corrected price from the same start (price_book_superseded)."""
+
+    version: PriceVersion
+    superseded_at: datetime
+    superseded_by: int  # the replacement's price_id
+    changed_by: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class PriceEnd:
+    """What :func:`end_price` did: the ended version and the gap the end opens.
+
+    ``until`` is the next version's start (None: no later version, the gap is open-ended), so
+    a caller can say which hours lose this price instead of leaving a gap to be found later."""
+
+    version: PriceVersion
+    at: datetime  # the end set
+    until: datetime | None
+    next_price_id: int | None
+
+    def gap(self) -> str:
+        """One line naming the hours the end leaves to a fallback price or unpriced."""
+        v = self.version
+        what = _describe_key(v.kind, v.subject, v.deployment, v.unit)
+        span = (
+            f"from {format_time(self.at)} until price_id {self.next_price_id} starts at "
+            f"{format_time(self.until)}"
+            if self.until is not None
+            else f"from {format_time(self.at)} on"
+        )
+        if v.deployment:
+            fallback = f"the fleet-wide {v.subject} price applies there, if there is one"
+        elif v.kind is PriceKind.REVIEWER and v.subject != ANY_REVIEWER:
+            fallback = f"the '{ANY_REVIEWER}' reviewer rate applies, if there is one"
+        else:
+            fallback = "what it priced is unpriced"
+        return f"no {what} price applies {span}: {fallback}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,8 +263,12 @@ def _money(price: float, currency: str, stage: str | None = None) -> str:
 
 
 def _describe(kind: str, subject: str, deployment: str, unit: str, effective_from: datetime) -> str:
+    return f"{_describe_key(kind, subject, deployment, unit)} from {format_time(effective_from)}"
+
+
+def _describe_key(kind: str, subject: str, deployment: str, unit: str) -> str:
     where = f" on deployment {deployment}" if deployment else ""
-    return f"{kind} {subject}{where} {unit} from {format_time(effective_from)}"
+    return f"{kind} {subject}{where} {unit}"
 
 
 def _one_of(values: Iterable[StrEnum]) -> str:
@@ -476,7 +540,8 @@ def _check_no_duplicates(prices: Sequence[Price]) -> None:
 # reads of the book select from it rather than repeat its window function here.
 _effective = sa.table(
     "prices_effective",
-    *(sa.column(c.name, c.type) for c in price_book.c),
+    *(sa.column(c.name, c.type) for c in price_book.c if c.name != "effective_to"),
+    # the view's effective_to: the earlier of price_book.effective_to and the next version's start
     sa.column("effective_to", sa.DateTime(timezone=True)),
 )
 _VERSION_COLUMNS = tuple(
@@ -491,7 +556,8 @@ _CHANGE_COLUMNS = tuple(
     for name in (
         "change_id", "changed_at", "changed_by", "action", "price_id", "kind", "subject",
         "deployment", "unit", "old_price", "new_price", "effective_from", "note",
-        "old_effective_from", "new_effective_from",
+        "old_effective_from", "new_effective_from", "old_effective_to", "new_effective_to",
+        "reason",
     )
 )  # fmt: skip
 _KEY_COLUMNS = (
@@ -535,11 +601,13 @@ def _version(row: Sequence[Any]) -> PriceVersion:
 
 def _change(row: Sequence[Any]) -> PriceChange:
     (cid, changed_at, changed_by, action, pid, kind, subject, deployment, unit) = row[:9]
-    (old_price, new_price, effective_from, note, old_from, new_from) = row[9:]
+    (old_price, new_price, effective_from, note, old_from, new_from) = row[9:15]
+    (old_to, new_to, reason) = row[15:]
     return PriceChange(
         int(cid), changed_at.astimezone(UTC), changed_by, ChangeAction(action), int(pid),
         PriceKind(kind), subject, deployment, PriceUnit(unit), old_price, new_price,
-        effective_from.astimezone(UTC), note, _utc(old_from), _utc(new_from),
+        effective_from.astimezone(UTC), note, _utc(old_from), _utc(new_from), _utc(old_to),
+        _utc(new_to), reason,
     )  # fmt: skip
 
 
@@ -576,6 +644,14 @@ def _stored_row(tx: Transaction, price_id: int) -> tuple[Any, ...]:
     if row is None:
         raise UnknownPriceError(f"no price with price_id {price_id}")
     return row
+
+
+def _stored_end(tx: Transaction, price_id: int) -> datetime | None:
+    """A stored version's explicit end (price_book.effective_to), None when it has none."""
+    row = tx.run(
+        sa.select(price_book.c.effective_to).where(price_book.c.price_id == price_id)
+    ).fetchone()
+    return None if row is None else _utc(row[0])
 
 
 def _check_currency(tx: Transaction, prices: Sequence[Price]) -> None:
@@ -669,6 +745,12 @@ def _update(
     if (new_price, new_from, new_note, new_stage) == (old_price, old_from, old_note, old_stage):
         return False
     key = (kind, subject, deployment, unit)
+    end = _stored_end(tx, price_id)
+    if end is not None and new_from >= end:
+        raise PriceBookError(
+            f"price_id {price_id} cannot move to {format_time(new_from)}: it ends at "
+            f"{format_time(end)}, and a version must start before its end"
+        )
     if new_from != old_from:
         stmt = sa.select(price_book.c.price_id).where(_is_version((*key, new_from)))
         clash = tx.run(stmt).fetchone()
@@ -850,6 +932,175 @@ def delete_price(storage: Storage, price_id: int, *, changed_by: str) -> PriceVe
     return before
 
 
+def _check_reason(reason: str | None, what: str) -> str:
+    text = str(reason or "").strip()
+    if not text:
+        raise PriceBookError(f"{what} needs a reason: say why (it is kept in the audit trail)")
+    return text
+
+
+def _next_version(tx: Transaction, key: Sequence[str], after: datetime) -> tuple[Any, ...] | None:
+    """(price_id, effective_from) of the first version of ``key`` that starts after ``after``."""
+    c = price_book.c
+    stmt = (
+        sa.select(c.price_id, c.effective_from)
+        .where(*(col == v for col, v in zip(_KEY_COLUMNS[:4], key, strict=True)))
+        .where(c.effective_from > after)
+        .order_by(c.effective_from)
+        .limit(1)
+    )
+    return tx.run(stmt).fetchone()
+
+
+def end_price(
+    storage: Storage,
+    price_id: int,
+    at: datetime | date | str,
+    *,
+    changed_by: str,
+    reason: str,
+) -> PriceEnd:
+    """End a version at ``at`` (its effective_to): the ledger stops applying it from then on and
+    re-prices from the earliest hour the end changes. Refused, with nothing written, when ``at``
+    is not after the version's start, is after the next version's start (the next version
+    already ends it there), or is the end it already has. Ending again at a later time moves
+    the end (only up to the next version's start). Returns the ended version and the gap."""
+    _check_changed_by(changed_by)
+    why = _check_reason(reason, f"ending price_id {price_id}")
+    try:
+        end = parse_time(at, "end")
+    except ValueError as exc:
+        raise PriceBookError(f"price_id {price_id}: {exc}") from None
+
+    def op(tx: Transaction) -> tuple[int, datetime] | None:
+        row = _stored_row(tx, price_id)
+        _, kind, subject, deployment, unit, old_price, _, _, start, note = row
+        start = start.astimezone(UTC)
+        key = (kind, subject, deployment, unit)
+        if end <= start:
+            raise PriceBookError(
+                f"price_id {price_id} ({_describe(*key, start)}) cannot end at "
+                f"{format_time(end)}: an end must be after the version's start"
+            )
+        following = _next_version(tx, key, start)
+        if following is not None:
+            next_id, next_from = int(following[0]), following[1].astimezone(UTC)
+            if end >= next_from:
+                raise PriceBookError(
+                    f"price_id {price_id} cannot end at {format_time(end)}: price_id {next_id} "
+                    f"already replaces it from {format_time(next_from)}; end it before then, "
+                    f"or end price_id {next_id} instead"
+                )
+        old_end = _stored_end(tx, price_id)
+        if old_end == end:
+            raise PriceBookError(f"price_id {price_id} already ends at {format_time(end)}")
+        tx.run(
+            sa.update(price_book).where(price_book.c.price_id == price_id).values(effective_to=end)
+        )
+        # A moved end changes the hours between the old and the new end; a first end, those after
+        # it (the next version's start bounds them, but re-pricing a little more is harmless).
+        earliest = end if old_end is None else min(old_end, end)
+        tx.run(
+            insert(price_book_changes).values(
+                changed_by=changed_by,
+                action=ChangeAction.END.value,
+                price_id=price_id,
+                kind=kind,
+                subject=subject,
+                deployment=deployment,
+                unit=unit,
+                old_price=old_price,
+                new_price=None,  # no price of this version from the end on (Overview's movers)
+                effective_from=earliest,
+                note=note,
+                old_effective_from=start,
+                new_effective_from=start,
+                old_effective_to=old_end,
+                new_effective_to=end,
+                reason=why,
+            )
+        )
+        return None if following is None else (int(following[0]), following[1].astimezone(UTC))
+
+    following = storage.write(op)
+    version = get_price(storage, price_id)
+    if following is None:
+        return PriceEnd(version, end, None, None)
+    return PriceEnd(version, end, following[1], following[0])
+
+
+def supersede_price(
+    storage: Storage,
+    price_id: int,
+    price: float | str,
+    *,
+    changed_by: str,
+    reason: str,
+    source: PriceSource | str,
+    note: str | None = None,
+) -> PriceVersion:
+    """Replace a mistaken version by a corrected price from the same start (and the same end).
+
+    The replacement gets a new price_id and takes the version's place in the book; the old one
+    moves to price_book_superseded (kept, never deleted, with who, when, why and its
+    replacement), and one 'supersede' row in the audit trail makes the refresher re-price from
+    the version's start. ``note`` None keeps the old note. Returns the replacement."""
+    src = _check_who(changed_by, source)
+    why = _check_reason(reason, f"superseding price_id {price_id}")
+    try:
+        amount = _parse_amount(price)
+    except ValueError as exc:
+        raise PriceBookError(f"price_id {price_id}: {exc}") from None
+    c = price_book.c
+    columns = [col for col in price_book.c]
+
+    def op(tx: Transaction) -> int:
+        row = tx.run(sa.select(*columns).where(c.price_id == price_id)).fetchone()
+        if row is None:
+            raise UnknownPriceError(f"no price with price_id {price_id}")
+        old = dict(zip([col.name for col in columns], row, strict=True))
+        if old["price"] == amount:
+            raise PriceBookError(
+                f"price_id {price_id} is already {format_price(amount)} {old['currency']}: a "
+                "correction must change the price (change only the note with `prices set`)"
+            )
+        new_note = old["note"] if note is None else (note.strip() or None)
+        tx.run(sa.delete(price_book).where(c.price_id == price_id))
+        values = {k: v for k, v in old.items() if k not in ("price_id", "created_at")}
+        values.update(price=amount, note=new_note, source=src.value)
+        new_id = tx.run(insert(price_book).values(**values).returning(c.price_id)).fetchone()
+        assert new_id is not None  # RETURNING always yields the row
+        tx.run(
+            insert(price_book_superseded).values(
+                **old, superseded_by=int(new_id[0]), changed_by=changed_by, reason=why
+            )
+        )
+        start = old["effective_from"].astimezone(UTC)
+        tx.run(
+            insert(price_book_changes).values(
+                changed_by=changed_by,
+                action=ChangeAction.SUPERSEDE.value,
+                price_id=price_id,
+                kind=old["kind"],
+                subject=old["subject"],
+                deployment=old["deployment"],
+                unit=old["unit"],
+                old_price=old["price"],
+                new_price=amount,
+                effective_from=start,
+                note=f"superseded by price_id {int(new_id[0])}",
+                old_effective_from=start,
+                new_effective_from=start,
+                old_effective_to=old["effective_to"],
+                new_effective_to=old["effective_to"],
+                reason=why,
+            )
+        )
+        return int(new_id[0])
+
+    return get_price(storage, storage.write(op))
+
+
 # ---------------------------------------------------------------------------- reads
 def get_price(storage: Storage, price_id: int) -> PriceVersion:
     rows = storage.select(sa.select(*_VERSION_COLUMNS).where(_effective.c.price_id == price_id))
@@ -901,6 +1152,37 @@ def price_at(
             if rows and rows[0][0] is not None:
                 return float(rows[0][0])
     return None
+
+
+def superseded_versions(storage: Storage) -> list[SupersededVersion]:
+    """Every superseded version, the latest superseded first."""
+    t = price_book_superseded.c
+    stmt = sa.select(
+        t.price_id, t.kind, t.subject, t.deployment, t.unit, t.price, t.currency, t.stage,
+        t.effective_from, t.effective_to, t.note, t.source, t.created_at,
+        t.superseded_at, t.superseded_by, t.changed_by, t.reason,
+    ).order_by(t.superseded_at.desc(), t.price_id.desc())  # fmt: skip
+    return [
+        SupersededVersion(_version(r[:13]), r[13].astimezone(UTC), int(r[14]), r[15], r[16])
+        for r in storage.select(stmt)
+    ]
+
+
+def history_page(storage: Storage, offset: int = 0, limit: int = 20) -> ChangePage:
+    """One page of the audit trail, newest change first, and the total number of changes: the
+    UI pages through it on the server instead of sending the whole trail to the browser."""
+    if limit < 1:
+        raise PriceBookError(f"a page holds at least one change, got limit {limit}")
+    total_rows = storage.select(sa.select(sa.func.count()).select_from(price_book_changes))
+    total = int(total_rows[0][0]) if total_rows else 0
+    start = max(0, min(int(offset), max(0, total - 1) // limit * limit))
+    stmt = (
+        sa.select(*_CHANGE_COLUMNS)
+        .order_by(price_book_changes.c.change_id.desc())
+        .limit(limit)
+        .offset(start)
+    )
+    return ChangePage([_change(r) for r in storage.select(stmt)], start, limit, total)
 
 
 def history(storage: Storage, limit: int = 100) -> list[PriceChange]:

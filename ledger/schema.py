@@ -94,7 +94,32 @@ price_book = sa.Table(
     sa.Column("note", sa.String),
     sa.Column("source", sa.String, nullable=False),
     _when("created_at", default_now=True),
+    _when("effective_to", nullable=True),  # an explicit end (migration 0014)
     sa.UniqueConstraint("kind", "subject", "deployment", "unit", "effective_from"),
+)
+
+# Versions replaced by a corrected price from the same start, kept (never deleted) with who
+# replaced them, when, why and by which price_id (migration 0014).
+price_book_superseded = sa.Table(
+    "price_book_superseded",
+    metadata,
+    sa.Column("price_id", sa.BigInteger, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("subject", sa.String, nullable=False),
+    sa.Column("deployment", sa.String, nullable=False),
+    sa.Column("unit", sa.String, nullable=False),
+    sa.Column("price", sa.Float, nullable=False),
+    sa.Column("currency", sa.String, nullable=False),
+    sa.Column("stage", sa.String),
+    _when("effective_from"),
+    _when("effective_to", nullable=True),
+    sa.Column("note", sa.String),
+    sa.Column("source", sa.String, nullable=False),
+    _when("created_at"),
+    _when("superseded_at", default_now=True),
+    sa.Column("superseded_by", sa.BigInteger, nullable=False),
+    sa.Column("changed_by", sa.String, nullable=False),
+    sa.Column("reason", sa.String, nullable=False),
 )
 
 price_book_changes = sa.Table(
@@ -115,6 +140,9 @@ price_book_changes = sa.Table(
     sa.Column("note", sa.String),
     _when("old_effective_from", nullable=True),
     _when("new_effective_from", nullable=True),
+    _when("old_effective_to", nullable=True),
+    _when("new_effective_to", nullable=True),
+    sa.Column("reason", sa.String),
 )
 
 deployments = sa.Table(
@@ -145,5 +173,6 @@ slo_targets = sa.Table(
     _when("effective_from"),
     sa.Column("note", sa.String),
     _when("created_at", default_now=True),
+    sa.Column("source", sa.String, nullable=False, server_default=sa.text("'config'")),
     sa.UniqueConstraint("objective", "effective_from"),
 )

@@ -118,6 +118,16 @@ class UserChange:
     detail: str | None
 
 
+@dataclass(frozen=True)
+class UserChangePage:
+    """One page of user_changes, newest first: ``total`` rows in all, these from ``offset``."""
+
+    changes: list[UserChange]
+    offset: int
+    limit: int
+    total: int
+
+
 # --- validation -----------------------------------------------------------------------------
 
 
@@ -284,6 +294,25 @@ def user_changes(storage: Storage, limit: int = 50) -> list[UserChange]:
         .limit(limit)
     )
     return [UserChange(*row) for row in rows]
+
+
+def user_changes_page(storage: Storage, offset: int = 0, limit: int = 20) -> UserChangePage:
+    """One page of the audit trail, newest first, and its total: the Users page reads a page at
+    a time on the server rather than sending the whole trail to the browser. An offset past the
+    end gives the last page."""
+    if limit < 1:
+        raise UserError(f"a page holds at least one change, got limit {limit}")
+    total_rows = storage.select(sa.select(sa.func.count()).select_from(_changes))
+    total = int(total_rows[0][0] or 0) if total_rows else 0
+    start = max(0, min(int(offset), max(0, total - 1) // limit * limit))
+    c = _changes.c
+    rows = storage.select(
+        sa.select(c.change_id, c.changed_at, c.changed_by, c.action, c.user_name, c.detail)
+        .order_by(c.change_id.desc())
+        .limit(limit)
+        .offset(start)
+    )
+    return UserChangePage([UserChange(*row) for row in rows], start, limit, total)
 
 
 # --- writes ---------------------------------------------------------------------------------

@@ -537,3 +537,69 @@ def test_service_start_syncs_configured_deployments(live_factory) -> None:
     assert live.storage.fetchall(
         "select deployment, gpu_type, tensor_parallel, source from deployments"
     ) == [("chat-prod", "H200", 2, "config")]
+
+
+# ------------------------------------------------------------------------------ SLO targets
+def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
+    from ledger import deployments as deps
+    from ledger.efficiency import (
+        SloTargetsError,
+        bundled_slo_targets_file,
+        load_slo_targets,
+        seed_slo_targets_if_empty,
+    )
+
+    seeded = seed_slo_targets_if_empty(storage)
+    assert seeded == len(load_slo_targets(bundled_slo_targets_file()))
+    listed = {t.objective: t for t in deps.list_slo_targets(storage)}
+    answer = listed["answer-ttft-p95"]
+    assert answer.describe() == "/answer ttft p95 ≤ 0.5 s"
+    assert (answer.source, answer.versions) == ("config", 1)
+    # change: the latest version in place, now owned by the UI
+    what = deps.save_slo_target(
+        storage, objective="answer-ttft-p95", route="/answer", stage="ttft", percentile=99,
+        target_s="0.8", note="looser",
+    )  # fmt: skip
+    assert what == "changed"
+    row = storage.fetchall(
+        "select percentile, target_s, note, source from slo_targets "
+        "where objective = 'answer-ttft-p95'"
+    )
+    assert row == [(0.99, 0.8, "looser", "ui")]
+    # add: a route with a target already, a LIKE pattern, or a confirmed new route
+    assert deps.save_slo_target(
+        storage, objective="summarize-ttft-p90", route="/summarize", stage="ttft",
+        percentile=90, target_s=1,
+    ) == "added"  # fmt: skip
+    assert deps.save_slo_target(
+        storage, objective="new-e2e", route="/translate", stage="e2e", percentile=50,
+        target_s=3, new_route=True,
+    ) == "added"  # fmt: skip
+    listed = {t.objective: t for t in deps.list_slo_targets(storage)}
+    assert listed["new-e2e"].describe() == "/translate e2e p50 ≤ 3 s"
+    assert listed["answer-ttft-p95"].describe() == "/answer ttft p99 ≤ 0.8 s"
+    before = storage.fetchall("select * from slo_targets order by target_id")
+    for fields, message in [
+        ({"route": "/nope"}, "route /nope has no traffic or target yet; check the name"),
+        ({"percentile": 0}, r"percentile must be in \(0, 100\] \(95 for p95\), got 0"),
+        ({"percentile": 101}, r"percentile must be in \(0, 100\]"),
+        ({"percentile": None}, "percentile must be a number"),
+        ({"target_s": 0}, "target_s must be a positive number of seconds, got 0"),
+        ({"target_s": -1}, "target_s must be a positive number"),
+        ({"stage": "think"}, "stage must be one of queue, retrieval"),
+        ({"objective": " "}, "objective must not be empty"),
+        ({"route": "answer", "new_route": True}, "a route starts with '/'"),
+    ]:
+        args: dict[str, Any] = {
+            "objective": "x", "route": "/answer", "stage": "e2e", "percentile": 95,
+            "target_s": 1,
+        } | fields  # fmt: skip
+        with pytest.raises(SloTargetsError, match=message):
+            deps.save_slo_target(storage, **args)
+    assert storage.fetchall("select * from slo_targets order by target_id") == before
+    assert deps.remove_slo_target(storage, "new-e2e") == 1
+    with pytest.raises(SloTargetsError, match="no SLO target named 'new-e2e'"):
+        deps.remove_slo_target(storage, "new-e2e")
+    assert "new-e2e" not in {t.objective for t in deps.list_slo_targets(storage)}
+    # the seed file fills an empty table only: an edited table is not re-seeded
+    assert seed_slo_targets_if_empty(storage) == 0

@@ -645,3 +645,218 @@ def test_the_docs_examples_load_and_agree(tmp_path: Path) -> None:
     from_csv = pb.load_price_file(_write(tmp_path, "doc.csv", blocks["csv"]))
     assert from_yaml == from_csv
     assert len(from_yaml) == 5
+
+
+# ------------------------------------------------------------------ ending and superseding
+def _h200(storage: Storage, price: float, when: str, deployment: str = "") -> int:
+    return pb.set_price(
+        storage, "gpu", "H200", "gpu_hour", price, when, deployment, changed_by="t", source="cli"
+    )
+
+
+def test_an_end_stops_a_version_and_says_which_hours_lose_it(storage: Storage) -> None:
+    first = _h200(storage, 4.0, "2026-01-01")
+    second = _h200(storage, 3.0, "2026-03-01")
+    at = lambda t: pb.price_at(storage, "gpu", "H200", "gpu_hour", t)  # noqa: E731
+    end = datetime(2026, 2, 10, 6, tzinfo=UTC)
+    done = pb.end_price(storage, first, "2026-02-10T06:00:00Z", changed_by="ana", reason="typo")
+    assert done.version.effective_to == done.at == end and done.next_price_id == second
+    assert done.until == datetime(2026, 3, 1, tzinfo=UTC)
+    assert done.gap() == (
+        "no gpu H200 gpu_hour price applies from 2026-02-10 06:00 UTC until price_id "
+        f"{second} starts at 2026-03-01 00:00 UTC: what it priced is unpriced"
+    )
+    assert at(end - timedelta(microseconds=1)) == 4.0
+    assert at(end) is None and at(datetime(2026, 2, 28, 23, tzinfo=UTC)) is None
+    assert at(datetime(2026, 3, 1, tzinfo=UTC)) == 3.0
+    assert [v.price_id for v in pb.list_prices(storage, end)] == []
+    # Moving the end later re-prices from the old end; the audit row keeps both ends and why.
+    later = pb.end_price(storage, first, "2026-02-20", changed_by="bo", reason="contract ran on")
+    assert later.version.effective_to == datetime(2026, 2, 20, tzinfo=UTC)
+    [moved, ended] = pb.history(storage, 2)
+    assert (moved.action, moved.changed_by, moved.reason) == (
+        ChangeAction.END,
+        "bo",
+        "contract ran on",
+    )
+    assert moved.effective_from == end  # the earlier of the old and the new end
+    assert (moved.old_effective_to, moved.new_effective_to) == (
+        end,
+        datetime(2026, 2, 20, tzinfo=UTC),
+    )
+    assert (moved.old_price, moved.new_price) == (4.0, None)
+    assert (ended.action, ended.old_effective_to, ended.new_effective_to) == (
+        ChangeAction.END, None, end,
+    )  # fmt: skip
+    # The last version, ended: open-ended gap; a deployment override falls back to the fleet's.
+    last = pb.end_price(storage, second, "2026-06-30", changed_by="ana", reason="contract over")
+    assert (last.until, last.next_price_id) == (None, None)
+    assert last.gap().endswith("from 2026-06-30 00:00 UTC on: what it priced is unpriced")
+    override = _h200(storage, 3.5, "2026-04-01", deployment="llama-70b")
+    gap = pb.end_price(storage, override, "2026-05-01", changed_by="t", reason="r").gap()
+    assert gap.endswith("the fleet-wide H200 price applies there, if there is one")
+    assert pb.price_at(storage, "gpu", "H200", "gpu_hour", datetime(2026, 5, 2), "llama-70b") == 3.0
+
+
+@pytest.mark.parametrize(
+    ("at", "reason", "message"),
+    [
+        ("2026-01-01", "r", "cannot end at 2026-01-01 00:00 UTC: an end must be after the "),
+        ("2025-12-31", "r", "an end must be after the version's start"),
+        ("2026-03-01", "r", "already replaces it from 2026-03-01 00:00 UTC; end it before then"),
+        ("2026-04-01", "r", "or end price_id"),
+        ("2026-02-01", " ", "needs a reason: say why"),
+        ("2026-02-30", "r", "end must be a date (2026-01-01) or an ISO datetime"),
+        ("2026-02-15", "r", "already ends at 2026-02-15 00:00 UTC"),
+    ],
+)
+def test_a_refused_end_writes_nothing(storage: Storage, at: str, reason: str, message: str) -> None:
+    first = _h200(storage, 4.0, "2026-01-01")
+    _h200(storage, 3.0, "2026-03-01")
+    pb.end_price(storage, first, "2026-02-15", changed_by="t", reason="set up")
+    before = (_count(storage, "price_book_changes"), pb.list_prices(storage))
+    with pytest.raises(PriceBookError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        pb.end_price(storage, first, at, changed_by="t", reason=reason)
+    assert (_count(storage, "price_book_changes"), pb.list_prices(storage)) == before
+    with pytest.raises(UnknownPriceError, match="no price with price_id 999"):
+        pb.end_price(storage, 999, "2026-02-01", changed_by="t", reason="r")
+    with pytest.raises(PriceBookError, match="cannot move to 2026-02-20 00:00 UTC: it ends at"):
+        pb.update_price(storage, first, changed_by="t", effective_from="2026-02-20")
+
+
+def test_superseding_keeps_the_mistake_and_reprices_from_its_start(storage: Storage) -> None:
+    first = _h200(storage, 4.0, "2026-01-01")
+    pb.end_price(storage, first, "2026-02-01", changed_by="t", reason="ended")
+    new = pb.supersede_price(
+        storage, first, "3.25", changed_by="ana", reason="invoice says 3.25", source="ui"
+    )
+    assert new.price_id != first
+    assert (new.price, new.effective_from, new.effective_to, new.source) == (
+        3.25, JAN, datetime(2026, 2, 1, tzinfo=UTC), PriceSource.UI,
+    )  # fmt: skip
+    assert pb.price_at(storage, "gpu", "H200", "gpu_hour", JAN) == 3.25
+    with pytest.raises(UnknownPriceError):
+        pb.get_price(storage, first)
+    [old] = pb.superseded_versions(storage)
+    assert (old.version.price_id, old.version.price, old.superseded_by) == (
+        first,
+        4.0,
+        new.price_id,
+    )
+    assert (old.changed_by, old.reason, old.version.source) == ("ana", "invoice says 3.25", "cli")
+    [change] = pb.history(storage, 1)
+    assert (change.action, change.price_id, change.old_price, change.new_price) == (
+        ChangeAction.SUPERSEDE, first, 4.0, 3.25,
+    )  # fmt: skip
+    assert (change.effective_from, change.reason) == (JAN, "invoice says 3.25")
+    assert change.note == f"superseded by price_id {new.price_id}"
+    # Refused, nothing written: the same price, no reason, a bad price, an unknown id.
+    before = (_count(storage, "price_book_changes"), _count(storage, "price_book_superseded"))
+    for price, reason, message in [
+        (3.25, "r", "is already 3.25 USD: a correction must change the price"),
+        (3.0, "", "needs a reason"),
+        (-1, "r", "price must not be negative"),
+        ("x", "r", "price must be a number"),
+    ]:
+        with pytest.raises(PriceBookError, match=message):
+            pb.supersede_price(
+                storage, new.price_id, price, changed_by="t", reason=reason, source="cli"
+            )
+    with pytest.raises(UnknownPriceError):
+        pb.supersede_price(storage, first, 1, changed_by="t", reason="r", source="cli")
+    after = (_count(storage, "price_book_changes"), _count(storage, "price_book_superseded"))
+    assert after == before
+
+
+def test_the_audit_trail_pages_newest_first(storage: Storage) -> None:
+    for day in range(1, 26):
+        _h200(storage, float(day), f"2026-01-{day:02d}")
+    page = pb.history_page(storage, 0, 10)
+    assert (page.total, page.offset, len(page.changes)) == (25, 0, 10)
+    assert [c.new_price for c in page.changes] == [float(d) for d in range(25, 15, -1)]
+    last = pb.history_page(storage, 20, 10)
+    assert [c.new_price for c in last.changes] == [5.0, 4.0, 3.0, 2.0, 1.0]
+    # past the end: the last page; a bad size is refused
+    assert pb.history_page(storage, 999, 10).offset == 20
+    assert pb.history_page(storage, -5, 10).offset == 0
+    with pytest.raises(PriceBookError, match="at least one change"):
+        pb.history_page(storage, 0, 0)
+
+
+def test_an_end_and_a_supersede_reprice_only_the_hours_they_change(storage: Storage) -> None:
+    """A replica up [H-60 s, H+60 s) on H200 at $3.60/h; an override for its deployment at
+    $7.20/h from H+10 s is ended at H+40 s, then the fleet-wide price is corrected to $1.80/h."""
+    from inferledger.ledger_fixtures import S, store_scrapes
+    from ledger.allocation import HOUR_NS
+    from ledger.deployments import sync_configured
+    from ledger.marts import Refresher
+    from models.deployment_config import Deployment
+
+    rate = 0.001  # $3.60 per GPU-hour in $ per second
+    hour0 = 494_444 * HOUR_NS  # 2026-05-28 20:00 UTC
+    base = hour0 + HOUR_NS
+    fleet = _h200(storage, 3.60, "2026-01-01")
+    sync_configured(storage, [Deployment("dep", model="m", gpu_type="H200")])
+    store_scrapes(storage, "r0", "dep", base, [float(t) for t in range(-60, 60, 10)])
+    ts = lambda s: datetime.fromtimestamp((base + s * S) / S, UTC)  # noqa: E731
+    override = _h200(storage, 7.20, ts(10).isoformat(), deployment="dep")
+    refresher = Refresher(storage)
+    refresher.refresh()
+    hourly = "select epoch_ns(hour), total_cost from mart_replica_hours"
+    assert dict(storage.fetchall(hourly)) == pytest.approx(
+        {hour0: 60 * rate, base: 10 * rate + 50 * 2 * rate}
+    )
+    pb.end_price(storage, override, ts(40), changed_by="t", reason="trial over")
+    result = refresher.refresh()
+    assert result.hours == 1, result  # only the hour from the end on
+    assert dict(storage.fetchall(hourly)) == pytest.approx(
+        {hour0: 60 * rate, base: 10 * rate + 30 * 2 * rate + 20 * rate}
+    )
+    pb.supersede_price(storage, fleet, 1.80, changed_by="t", reason="wrong rate", source="cli")
+    result = refresher.refresh()
+    assert result.hours == 2, result  # from the fleet-wide version's start: both hours
+    assert dict(storage.fetchall(hourly)) == pytest.approx(
+        {hour0: 60 * rate / 2, base: 10 * rate / 2 + 30 * 2 * rate + 20 * rate / 2}
+    )
+
+
+def test_cli_ends_and_supersedes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "ledger.duckdb")
+    set_args = ["prices", "set", "gpu", "H200", "gpu_hour", "9.99", "--from", "2026-07-01"]
+    assert cli.main([*set_args, "--db", db, "--by", "ana"]) == 0
+    price_id = int(capsys.readouterr().out.split()[1].rstrip(":"))
+    end = ["prices", "end", str(price_id), "--db", db, "--by", "bo"]
+    assert cli.main([*end, "--at", "2026-08-01", "--reason", "contract over"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"ended price_id {price_id} (gpu H200 gpu_hour from 2026-07-01 00:00 UTC) at "
+        "2026-08-01 00:00 UTC",
+        "no gpu H200 gpu_hour price applies from 2026-08-01 00:00 UTC on: what it priced is "
+        "unpriced",
+    ]
+    # an end before the start: one line, exit 2, nothing written
+    assert cli.main([*end, "--at", "2026-06-01", "--reason", "x"]) == 2
+    assert capsys.readouterr().err == (
+        f"inferledger: price_id {price_id} (gpu H200 gpu_hour from 2026-07-01 00:00 UTC) cannot "
+        "end at 2026-06-01 00:00 UTC: an end must be after the version's start\n"
+    )
+    sup = ["prices", "supersede", str(price_id), "3.99", "--db", db, "--by", "cy"]
+    assert cli.main([*sup, "--reason", "typo: 3.99"]) == 0
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"superseded price_id {price_id} (9.99 USD) by price_id ")
+    assert out.endswith(": gpu H200 gpu_hour from 2026-07-01 00:00 UTC = 3.99 USD")
+    new_id = int(out.split("by price_id ")[1].split(":")[0])
+    assert cli.main(["prices", "list", "--db", db, "--superseded"]) == 0
+    [head, _, row] = capsys.readouterr().out.splitlines()
+    assert head.split() == [
+        "id", "kind", "subject", "deployment", "unit", "price", "from", "by_id", "at", "by",
+        "reason",
+    ]  # fmt: skip
+    assert row.split()[:2] == [str(price_id), "gpu"] and row.endswith("cy  typo: 3.99")
+    assert f" {new_id} " in row and " 9.99 " in row
+    assert cli.main(["prices", "history", "--db", db, "--limit", "2"]) == 0
+    [_, _, superseded, ended] = capsys.readouterr().out.splitlines()
+    assert "supersede" in superseded and superseded.endswith("typo: 3.99")
+    assert " end " in ended and ended.endswith("contract over")
+    with pytest.raises(SystemExit) as exit_:  # argparse: the reason is required
+        cli.main(["prices", "supersede", str(price_id), "1", "--db", db])
+    assert exit_.value.code == 2 and "--reason" in capsys.readouterr().err

@@ -2,6 +2,11 @@
 where each value came from (config or learned from scrapes), and each deployment's idle policy,
 which an admin can change here (GPU type and count come from the `deployments` setting:
 docs/deployments.md). A change re-prices every hour at the ledger's next refresh.
+
+The SLO targets section lists each latency objective by name and what it judges (route, stage,
+percentile, target) and lets an admin add, change and remove one (ledger.deployments; the seed
+file models/data/slo_targets.yaml only fills an empty table). The Latency page reads targets at
+query time, so an edit shows there at once.
 """
 
 from __future__ import annotations
@@ -9,13 +14,14 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, callback, ctx, dcc, html
 
 from app import context
 from app.auth import RoleRequiredError
 from app.components import ids
 from app.filters import filters_from
 from ledger import deployments
+from ledger.efficiency import LATENCY_STAGES, SloTargetsError
 from ledger.queries import run
 from models import idle_policy
 from models.deployment_config import DeploymentConfigError
@@ -72,10 +78,183 @@ def layout(**_kwargs: object) -> html.Div:
                 className="card admin-card",
                 **{"aria-label": "Idle policy"},
             ),
+            _slo_section(),
             dcc.Store(id=ID("version"), data=0),
         ],
         className="admin-page",
     )
+
+
+def _slo_field(label: str, control: Any, name: str) -> html.Div:
+    return html.Div(
+        [html.Label(label, htmlFor=ID(name), className="admin-label"), control],
+        className="admin-field",
+    )
+
+
+def _slo_section() -> html.Section:
+    return html.Section(
+        [
+            html.H2("SLO targets", className="card-title"),
+            html.P(
+                "Latency objectives the Latency page judges each hour against. Pick one to "
+                "change or remove it, or type a new name to add one. The seed file "
+                "(models/data/slo_targets.yaml) only fills an empty table: after an edit, this "
+                "page owns the targets.",
+                className="admin-intro",
+            ),
+            html.Div(id=ID("slo-table"), className="admin-table-wrap"),
+            html.Div(
+                [
+                    _slo_field(
+                        "Edit target",
+                        dcc.Dropdown(id=ID("slo-pick"), options=[], placeholder="Choose"),
+                        "slo-pick",
+                    ),
+                    _slo_field(
+                        "Objective (name)", dcc.Input(id=ID("slo-objective"), type="text"),
+                        "slo-objective",
+                    ),
+                    _slo_field(
+                        "Route (/answer, or /% for every route)",
+                        dcc.Input(id=ID("slo-route"), type="text"),
+                        "slo-route",
+                    ),
+                    _slo_field(
+                        "Stage",
+                        dcc.Dropdown(
+                            id=ID("slo-stage"), options=list(LATENCY_STAGES), value="e2e",
+                            clearable=False,
+                        ),
+                        "slo-stage",
+                    ),
+                    _slo_field(
+                        "Percentile (95 = p95)",
+                        dcc.Input(
+                            id=ID("slo-percentile"), type="number", min=0, max=100, step="any"
+                        ),
+                        "slo-percentile",
+                    ),
+                    _slo_field(
+                        "Target (seconds)",
+                        dcc.Input(id=ID("slo-target"), type="number", min=0, step="any"),
+                        "slo-target",
+                    ),
+                    _slo_field("Note", dcc.Input(id=ID("slo-note"), type="text"), "slo-note"),
+                    dcc.Checklist(
+                        id=ID("slo-new-route"),
+                        options=[{"label": " a new route (no traffic yet)", "value": "new"}],
+                        value=[],
+                    ),
+                ],
+                className="admin-grid",
+            ),
+            html.Button("Save target", id=ID("slo-save"), n_clicks=0, className="button"),
+            html.Button("Remove target", id=ID("slo-remove"), n_clicks=0, className="button"),
+        ],
+        className="card admin-card",
+        **{"aria-label": "SLO targets"},
+    )  # fmt: skip
+
+
+@callback(
+    Output(ID("slo-table"), "children"),
+    Output(ID("slo-pick"), "options"),
+    Input(ID("version"), "data"),
+)
+def _slo_show(_version: int) -> tuple[Any, list[dict[str, str]]]:
+    try:
+        context.require_role("admin")
+    except RoleRequiredError as exc:
+        return html.P(str(exc), className="auth-error", role="alert"), []
+    targets = deployments.list_slo_targets(context.storage())
+    if not targets:
+        return html.P("No SLO targets: add one below.", className="empty-state"), []
+    head = ["Objective", "Judges", "App", "Environment", "Note", "Entered in"]
+    body = [
+        html.Tr(
+            [
+                html.Td(t.objective),
+                html.Td(t.describe()),
+                html.Td(t.app or "every"),
+                html.Td(t.environment or "every"),
+                html.Td(t.note or ""),
+                html.Td("this page" if t.source == "ui" else "the seed file"),
+            ]
+        )
+        for t in targets
+    ]
+    table = html.Table(
+        [html.Thead(html.Tr([html.Th(h, scope="col") for h in head])), html.Tbody(body)],
+        className="table admin-table",
+    )
+    options = [{"label": f"{t.objective}: {t.describe()}", "value": t.objective} for t in targets]
+    return table, options
+
+
+@callback(
+    Output(ID("slo-objective"), "value"),
+    Output(ID("slo-route"), "value"),
+    Output(ID("slo-stage"), "value"),
+    Output(ID("slo-percentile"), "value"),
+    Output(ID("slo-target"), "value"),
+    Output(ID("slo-note"), "value"),
+    Input(ID("slo-pick"), "value"),
+    prevent_initial_call=True,
+)
+def _slo_pick(objective: str | None) -> tuple[Any, ...]:
+    try:
+        context.require_role("admin")
+    except RoleRequiredError:
+        return (dash.no_update,) * 6
+    targets = deployments.list_slo_targets(context.storage())
+    chosen = [t for t in targets if t.objective == objective]
+    if not chosen:
+        return (dash.no_update,) * 6
+    t = chosen[0]
+    return t.objective, t.route, t.stage, round(t.percentile * 100, 6), t.target_s, t.note or ""
+
+
+@callback(
+    Output(ID("message"), "children", allow_duplicate=True),
+    Output(ID("version"), "data", allow_duplicate=True),
+    Input(ID("slo-save"), "n_clicks"),
+    Input(ID("slo-remove"), "n_clicks"),
+    State(ID("slo-objective"), "value"),
+    State(ID("slo-route"), "value"),
+    State(ID("slo-stage"), "value"),
+    State(ID("slo-percentile"), "value"),
+    State(ID("slo-target"), "value"),
+    State(ID("slo-note"), "value"),
+    State(ID("slo-new-route"), "value"),
+    State(ID("version"), "data"),
+    prevent_initial_call=True,
+)
+def _slo_change(_save: int, _remove: int, *form: Any) -> tuple[Any, int]:
+    objective, route, stage, percentile, target_s, note, new_route, version = form
+    name = (objective or "").strip()
+    try:
+        context.require_role("admin")
+        storage = context.storage()
+        if ctx.triggered_id == ID("slo-remove"):
+            deployments.remove_slo_target(storage, name)
+            done = f"Removed SLO target {name}."
+        else:
+            what = deployments.save_slo_target(
+                storage,
+                objective=name,
+                route=(route or "").strip(),
+                stage=stage,
+                percentile=percentile,
+                target_s=target_s,
+                note=note,
+                new_route="new" in (new_route or []),
+            )
+            [saved] = [t for t in deployments.list_slo_targets(storage) if t.objective == name]
+            done = f"SLO target {name} {what}: {saved.describe()}."
+    except (RoleRequiredError, SloTargetsError) as exc:
+        return html.P(str(exc), className="auth-error", role="alert"), version
+    return html.P(done, className="admin-ok", role="status"), (version or 0) + 1
 
 
 @callback(

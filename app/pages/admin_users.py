@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, callback, ctx, dcc, html
 
 from app import auth, context
 from app.auth import RoleRequiredError
@@ -28,6 +28,8 @@ dash.register_page(
 )
 
 ID = ids("admin-users")
+#: Audit-trail rows per page.
+PAGE_SIZE = 20
 ROLE_HELP = {
     "viewer": "dashboards",
     "analyst": "dashboards, request explorer and traces, CSV downloads",
@@ -151,11 +153,20 @@ def layout(**_kwargs: object) -> html.Div:
                 [
                     html.H2("Recent changes", className="card-title"),
                     html.Div(id=ID("changes"), className="admin-table-wrap"),
+                    html.Div(
+                        [
+                            html.Button("← Newer", id=ID("newer"), n_clicks=0, className="button"),
+                            html.Span(id=ID("page-info"), className="admin-page-info"),
+                            html.Button("Older →", id=ID("older"), n_clicks=0, className="button"),
+                        ],
+                        className="admin-pager",
+                    ),
                 ],
                 className="card admin-card",
                 **{"aria-label": "Recent changes"},
             ),
             dcc.Store(id=ID("version"), data=0),
+            dcc.Store(id=ID("offset"), data=0),
         ],
         className="admin-page",
     )
@@ -182,8 +193,9 @@ def _table(head: list[str], rows: list[list[str]], empty: str) -> html.Table | h
     Output(ID("target"), "options"),
     Output(ID("changes"), "children"),
     Input(ID("version"), "data"),
+    Input(ID("offset"), "data"),
 )
-def _show(_version: int) -> tuple[Any, list[dict[str, str]], Any]:
+def _show(_version: int, offset: int | None = 0) -> tuple[Any, list[dict[str, str]], Any]:
     try:
         context.require_role("admin")
     except RoleRequiredError as exc:
@@ -207,15 +219,49 @@ def _show(_version: int) -> tuple[Any, list[dict[str, str]], Any]:
         ],
         "No users yet.",
     )
+    page = users.user_changes_page(storage, offset or 0, PAGE_SIZE)
     changes = _table(
         ["When", "By", "Action", "User", "Detail"],
         [
             [_when(c.changed_at), c.changed_by, c.action, c.user_name, c.detail or ""]
-            for c in users.user_changes(storage, 20)
+            for c in page.changes
         ],
         "No changes yet.",
     )
     return table, [{"label": u.name, "value": u.name} for u in people], changes
+
+
+@callback(
+    Output(ID("page-info"), "children"),
+    Output(ID("newer"), "disabled"),
+    Output(ID("older"), "disabled"),
+    Input(ID("version"), "data"),
+    Input(ID("offset"), "data"),
+)
+def _pager(_version: int, offset: int | None) -> tuple[str, bool, bool]:
+    """Where the audit trail's page stands (the rows come with _show, read on the server)."""
+    try:
+        context.require_role("admin")
+    except RoleRequiredError:
+        return "", True, True
+    page = users.user_changes_page(context.storage(), offset or 0, PAGE_SIZE)
+    if not page.total:
+        return "", True, True
+    last = page.offset + len(page.changes)
+    info = f"Changes {page.offset + 1}–{last} of {page.total}, newest first"
+    return info, page.offset == 0, last >= page.total
+
+
+@callback(
+    Output(ID("offset"), "data"),
+    Input(ID("newer"), "n_clicks"),
+    Input(ID("older"), "n_clicks"),
+    State(ID("offset"), "data"),
+    prevent_initial_call=True,
+)
+def _turn(_newer: int, _older: int, offset: int | None) -> int:
+    step = PAGE_SIZE if ctx.triggered_id == ID("older") else -PAGE_SIZE
+    return max(0, (offset or 0) + step)  # user_changes_page keeps it within the last page
 
 
 def _message(text: str, ok: bool) -> html.P:
