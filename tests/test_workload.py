@@ -193,9 +193,10 @@ def test_shipped_scenario(shipped):
     }
     routes = {r.route for a in shipped.apps for r in a.routes}
     assert routes == {"/answer", "/summarize", "/extract", "/complete", "/chat"}
-    assert [(d.name, d.replicas) for d in shipped.deployments] == [
-        ("llama-3.1-8b-h200", 4),
-        ("llama-3.1-70b-fp8-h200", 1),
+    assert [(d.name, d.replicas, d.gpus, d.routing) for d in shipped.deployments] == [
+        ("llama-3.1-8b-h200", 4, 4, "prefix_affinity"),
+        ("llama-3.1-70b-fp8-h200", 1, 1, "least_outstanding_requests"),
+        ("llama-3.1-8b-batch-h200", 2, 2, "least_outstanding_requests"),
     ]
     assert [t.name for t in scrape_targets(shipped)] == [
         "vllm-llama-8b-0",
@@ -203,9 +204,25 @@ def test_shipped_scenario(shipped):
         "vllm-llama-8b-2",
         "vllm-llama-8b-3",
         "vllm-llama-70b-0",
+        "vllm-llama-8b-batch-0",
+        "vllm-llama-8b-batch-1",
         "dcgm-gpu-node-a",
         "dcgm-gpu-node-b",
+        "dcgm-gpu-node-c",
     ]
+    # the planted false economy: /summarize on the 8B from Wednesday 14:00 to Friday 18:00
+    summarize = next(r for a in shipped.apps for r in a.routes if r.route == "/summarize")
+    assert summarize.switch is not None
+    assert (summarize.switch.start_s, summarize.switch.end_s) == (
+        (2 * 24 + 14) * HOUR_S,
+        (4 * 24 + 18) * HOUR_S,
+    )
+    assert summarize.deployment == "llama-3.1-70b-fp8-h200"
+    assert summarize.switch.route.deployment == "llama-3.1-8b-h200"
+    assert summarize.at(WEDNESDAY + 13.99 * HOUR_S) is summarize
+    assert summarize.at(WEDNESDAY + 14 * HOUR_S) is summarize.switch.route
+    assert summarize.at(WEDNESDAY + (2 * 24 + 18) * HOUR_S) is summarize  # Friday 18:00
+    assert summarize.at(WEDNESDAY + 7 * 24 * HOUR_S + 15 * HOUR_S) is summarize.switch.route
 
 
 @pytest.mark.parametrize(
@@ -236,6 +253,59 @@ def test_shipped_scenario(shipped):
         (
             lambda d: d["apps"][0]["routes"][0].update(fallback="gpt-9"),
             "fallback: unknown hosted model 'gpt-9'",
+        ),
+        (
+            lambda d: d["deployments"][0].update(routing="random"),
+            "workload.deployments[0].routing: expected one of least_outstanding_requests, "
+            "round_robin, prefix_affinity, got 'random'",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(switch={"deployment": "small"}),
+            "workload.apps[0].routes[0].switch: missing from",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(
+                switch={"from": {"weekday": "wed", "hour": 12}, "deployment": "small"}
+            ),
+            "routes[0].switch.from.weekday: expected a day name, got 'wed'",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(
+                switch={"from": {"weekday": "friday", "hour": 25}, "deployment": "small"}
+            ),
+            "routes[0].switch.from.hour: expected a number from 0 to 24, got 25",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(
+                switch={
+                    "from": {"weekday": "friday"},
+                    "until": {"weekday": "wednesday"},
+                    "deployment": "small",
+                }
+            ),
+            "routes[0].switch: until must come after from in the same week",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(switch={"from": {"weekday": "friday"}}),
+            "routes[0].switch: changes nothing",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(
+                switch={"from": {"weekday": "friday"}, "prompt": []}
+            ),
+            "routes[0].switch: unknown field(s) prompt",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(
+                switch={"from": {"weekday": "friday"}, "deployment": "nope"}
+            ),
+            "workload.apps[0].routes[0].switch.deployment: unknown deployment 'nope'",
+        ),
+        (
+            lambda d: d["apps"][0]["routes"][0].update(
+                switch={"from": {"weekday": "friday"}, "failure_rate": 2}
+            ),
+            "routes[0].switch.failure_rate: expected a number from 0 to 0.95, got 2",
         ),
     ],
 )
@@ -479,7 +549,7 @@ def test_segment_pages_parse(shipped):
         table = parse_exposition(text, "text/plain; version=0.0.4", at)
         if target.kind == "dcgm":
             gpus = set(table.column("series_key").to_pylist())
-            assert len(gpus) == (4 if target.deployment == "llama-3.1-8b-h200" else 1)
+            assert len(gpus) == config.deployment(target.deployment).gpus
         else:
             names = set(table.column("family").to_pylist())
             assert "vllm:prompt_tokens" in names and "vllm:kv_cache_usage_perc" in names
@@ -508,3 +578,61 @@ def test_yaml_round_trip_of_stress_doc(tmp_path):
     path = tmp_path / "stress.yaml"
     path.write_text(yaml.safe_dump(STRESS), encoding="utf-8")
     assert load_workload(path) == workload_from_dict(STRESS)
+
+
+def test_a_switched_route_runs_on_its_new_model_inside_its_window():
+    """A route's `switch` applies to the tasks that arrive in its weekly window, and only to
+    them; prefix-affinity routing sends every prompt with the same shared prefix to the same
+    replica (the records say which)."""
+    from models.workload.simulation import affinity_replica
+
+    doc = copy.deepcopy(STRESS)
+    doc["deployments"][0]["routing"] = "prefix_affinity"
+    doc["deployments"].append(
+        {
+            "name": "other",
+            "model": "llama-3.1-8b",
+            "served_model_name": "other-8b",
+            "gpu": "h200",
+            "service_name": "vllm-other",
+            "node": "node-o",
+        }
+    )
+    # Wednesday 00:05 to 00:10, on the other deployment, always failing then falling back
+    doc["apps"][0]["routes"][0]["switch"] = {
+        "from": {"weekday": "wednesday", "hour": 5 / 60},
+        "until": {"weekday": "wednesday", "hour": 10 / 60},
+        "deployment": "other",
+        "failure_rate": 0.95,
+        "review": {"probability": 1.0, "seconds": 60},
+    }
+    config = workload_from_dict(doc)
+    plan = plan_tasks(
+        config,
+        build_pools(config, 5),
+        np.random.default_rng(5),
+        start_unix_s=WEDNESDAY,
+        duration_s=900,
+    )
+    ask = [t for t in plan.tasks if t.route.route == "/ask"]
+    inside = [t for t in ask if 300 <= t.start_s < 600]
+    outside = [t for t in ask if not 300 <= t.start_s < 600]
+    assert len(inside) > 100 and len(outside) > 200
+    assert {t.route.deployment for t in inside} == {"other"}
+    assert {t.route.deployment for t in outside} == {"small"}
+    assert all(t.review_s == 60 for t in inside)
+    failed = sum(t.attempts[0].error_type is not None for t in inside) / len(inside)
+    assert failed > 0.85
+    assert sum(t.attempts[0].error_type is not None for t in outside) / len(outside) < 0.4
+    sim = simulate_plan(plan, build_deployments(config))
+    replicas = Counter()
+    for call, rec in zip(plan.engine_calls, sim.records, strict=True):
+        assert rec.request_id == call.request_id
+        if call.deployment == "small":
+            assert rec.replica == affinity_replica(call.prompt, 2)
+            replicas[rec.replica] += 1
+        else:
+            assert rec.replica == 0
+    assert len(replicas) == 2  # the shared docs spread prompts over both replicas
+    assert len(sim.results["small"].replicas) == 2
+    assert sim.results["small"].replicas[0].counters.num_steps > 0

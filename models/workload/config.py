@@ -31,6 +31,24 @@ from models.workload.distributions import (
 WORKLOAD_FORMAT = 1
 OUTCOMES = ("accepted", "corrected", "rejected")
 TOOL_MODES = ("between", "after")
+# How a deployment's gateway picks a replica (models.workload.simulation): the router's
+# least-outstanding-requests or round-robin, or prefix affinity (the replica is a hash of the
+# prompt's leading shared segments, as prefix-cache-aware gateways route, whatever the load).
+ROUTINGS = ("least_outstanding_requests", "round_robin", "prefix_affinity")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+WEEK_S = 7 * 86_400.0
+# What a route's switch may change; everything else (prompt, tools, ...) stays the route's.
+SWITCH_FIELDS = (
+    "deployment",
+    "output_tokens",
+    "failure_rate",
+    "failure_type",
+    "max_attempts",
+    "retry_backoff_s",
+    "fallback",
+    "outcomes",
+    "review",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +70,7 @@ class DeploymentConfig:
     service_name: str = "vllm"  # OTEL_SERVICE_NAME of its engines
     server_address: str = "vllm"  # host the apps call
     node: str = "gpu-node"  # host of its GPUs (dcgm-exporter's Hostname)
+    routing: str = "least_outstanding_requests"  # one of ROUTINGS
 
     @property
     def gpus(self) -> int:
@@ -191,6 +210,30 @@ class RouteConfig:
     fallback: str | None = None  # a hosted model's name
     outcomes: tuple[tuple[str, float], ...] = (("accepted", 1.0),)
     review: ReviewConfig | None = None
+    switch: RouteSwitch | None = None
+
+    def at(self, unix_s: float) -> RouteConfig:
+        """The route as it runs at `unix_s`: switched inside its switch's weekly window."""
+        if self.switch is not None and self.switch.active(unix_s):
+            return self.switch.route
+        return self
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSwitch:
+    """A change of a route every week from `start_s` to `end_s` (seconds from Monday 00:00
+    UTC): e.g. moved to a cheaper model on Wednesday afternoon, rolled back on Friday evening.
+    The scenario is a week that repeats, so the change is a weekly window, not a date: any
+    week of history holds one move and one rollback. `route` is the route as switched."""
+
+    start_s: float
+    end_s: float
+    route: RouteConfig
+
+    def active(self, unix_s: float) -> bool:
+        # 1970-01-01 was a Thursday: the first Monday 00:00 UTC is 4 days after the epoch.
+        into_week = (unix_s - 4 * 86_400.0) % WEEK_S
+        return self.start_s <= into_week < self.end_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,9 +391,15 @@ def _deployment(doc: Any, where: str) -> DeploymentConfig:
             "service_name",
             "server_address",
             "node",
+            "routing",
         },
     )
     name = f.text("name")
+    routing = f.text("routing", "least_outstanding_requests")
+    if routing not in ROUTINGS:
+        raise WorkloadConfigError(
+            f"{where}.routing: expected one of {', '.join(ROUTINGS)}, got {routing!r}"
+        )
     return DeploymentConfig(
         name=name,
         model=f.text("model"),
@@ -367,6 +416,7 @@ def _deployment(doc: Any, where: str) -> DeploymentConfig:
         service_name=f.text("service_name", "vllm"),
         server_address=f.text("server_address", name),
         node=f.text("node", "gpu-node"),
+        routing=routing,
     )
 
 
@@ -476,6 +526,7 @@ def _route(doc: Any, where: str) -> RouteConfig:
             "fallback",
             "outcomes",
             "review",
+            "switch",
         },
     )
     route = f.text("route")
@@ -537,6 +588,7 @@ def _route(doc: Any, where: str) -> RouteConfig:
             raise WorkloadConfigError(f"{where}.outcomes: probabilities sum to {total:g}, not 1")
     max_attempts = f.integer("max_attempts", 1, low=1)
     failure_rate = f.number("failure_rate", 0.0, 0.0, 0.95)
+    switch = _switch(doc, where) if f.has("switch") else None
     return RouteConfig(
         route=route,
         workflow=f.text("workflow"),
@@ -557,7 +609,40 @@ def _route(doc: Any, where: str) -> RouteConfig:
         fallback=f.text("fallback", None),
         outcomes=outcomes,
         review=review,
+        switch=switch,
     )
+
+
+def _week_time(doc: Any, where: str) -> float:
+    """{weekday: wednesday, hour: 12} as seconds from Monday 00:00 UTC."""
+    f = _Fields(doc, where, {"weekday", "hour"})
+    day = f.text("weekday").lower()
+    if day not in WEEKDAYS:
+        raise WorkloadConfigError(f"{where}.weekday: expected a day name, got {day!r}")
+    return WEEKDAYS.index(day) * 86_400.0 + f.number("hour", 0.0, 0.0, 24.0) * 3_600.0
+
+
+def _switch(route_doc: Mapping[str, Any], where: str) -> RouteSwitch:
+    """The route's `switch`: a weekly window (`from`, `until`) and the fields it changes, parsed
+    and validated as the route itself is (the switched route is the route's own document with
+    those fields replaced)."""
+    where = f"{where}.switch"
+    doc = route_doc["switch"]
+    f = _Fields(doc, where, {"from", "until", *SWITCH_FIELDS})
+    if not f.has("from"):
+        raise WorkloadConfigError(f"{where}: missing from")
+    start = _week_time(doc["from"], f"{where}.from")
+    # without `until`, the change lasts to the end of the week (Sunday 24:00)
+    end = _week_time(doc["until"], f"{where}.until") if f.has("until") else WEEK_S
+    if not start < end:
+        raise WorkloadConfigError(f"{where}: until must come after from in the same week")
+    changes = {k: v for k, v in doc.items() if k in SWITCH_FIELDS}
+    if not changes:
+        raise WorkloadConfigError(
+            f"{where}: changes nothing (give one of {', '.join(SWITCH_FIELDS)})"
+        )
+    merged = {k: v for k, v in route_doc.items() if k != "switch"} | changes
+    return RouteSwitch(start, end, _route(merged, where))
 
 
 def _app(doc: Any, where: str) -> AppConfig:
@@ -603,19 +688,23 @@ def workload_from_dict(doc: Any, where: str = "workload") -> WorkloadConfig:
             raise WorkloadConfigError(f"{where}: {label} name(s) used twice: {', '.join(dupes)}")
     known_deployments = {d.name for d in deployments}
     known_hosted = {h.name for h in hosted}
-    for i, app in enumerate(apps):
-        for j, route in enumerate(app.routes):
-            at = f"{where}.apps[{i}].routes[{j}]"
-            if route.deployment not in known_deployments:
-                raise WorkloadConfigError(
-                    f"{at}.deployment: unknown deployment {route.deployment!r}"
-                )
-            if route.fallback is not None and route.fallback not in known_hosted:
-                raise WorkloadConfigError(f"{at}.fallback: unknown hosted model {route.fallback!r}")
-            if route.max_attempts > 1 and route.retry_backoff_s is None:
-                raise WorkloadConfigError(f"{at}: max_attempts > 1 needs retry_backoff_s")
-            if route.fallback is not None and route.retry_backoff_s is None:
-                raise WorkloadConfigError(f"{at}: a fallback needs retry_backoff_s")
+    checks = [
+        (f"{where}.apps[{i}].routes[{j}]", route)
+        for i, app in enumerate(apps)
+        for j, route in enumerate(app.routes)
+    ]
+    checks += [
+        (f"{at}.switch", route.switch.route) for at, route in checks if route.switch is not None
+    ]
+    for at, route in checks:
+        if route.deployment not in known_deployments:
+            raise WorkloadConfigError(f"{at}.deployment: unknown deployment {route.deployment!r}")
+        if route.fallback is not None and route.fallback not in known_hosted:
+            raise WorkloadConfigError(f"{at}.fallback: unknown hosted model {route.fallback!r}")
+        if route.max_attempts > 1 and route.retry_backoff_s is None:
+            raise WorkloadConfigError(f"{at}: max_attempts > 1 needs retry_backoff_s")
+        if route.fallback is not None and route.retry_backoff_s is None:
+            raise WorkloadConfigError(f"{at}: a fallback needs retry_backoff_s")
     return config
 
 

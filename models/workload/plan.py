@@ -490,7 +490,9 @@ class _Planner:
         routes = self.rng.choice(len(app.routes), size=len(arrivals), p=shares / shares.sum())
         d = self.draws
         for t, r in zip((arrivals - self.start_unix_s).tolist(), routes.tolist(), strict=True):
-            route = app.routes[r]
+            # a switched route (RouteConfig.switch) runs as switched for tasks arriving in
+            # its weekly window; a conversation keeps the route it started on
+            route = app.routes[r].at(self.start_unix_s + t)
             conv = route.conversation
             if conv is None:
                 task, _, _ = self.task(app, route, t)

@@ -16,7 +16,8 @@ timings and the engine's agree: every CLIENT span encloses its engine request.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -34,6 +35,7 @@ from models.serving import (
     SimulationOptions,
     SimulationResult,
 )
+from models.serving.live import LiveCluster
 from models.steptime import build_predictor
 from models.workload.config import DeploymentConfig, WorkloadConfig
 from models.workload.plan import (
@@ -59,6 +61,32 @@ class Deployment:
     prefill_s_per_token: float
     decode_step_s: float
 
+    def run(self, specs: Sequence[RequestSpec]) -> SimulationResult:
+        """Serve `specs` (sorted by arrival). With prefix-affinity routing the gateway, not the
+        router, picks each request's replica (affinity_replica); the engines run as in a batch
+        run (LiveCluster gives the same records and series for the same placements)."""
+        if self.config.routing != "prefix_affinity":
+            return self.cluster.run(specs)
+        cluster = self.cluster
+        if not specs:
+            return cluster.run(specs)
+        live = LiveCluster(
+            cluster.config, cluster.predictor, cluster.options, start_s=specs[0].arrival_s
+        )
+        n = cluster.config.num_replicas
+        for spec in specs:
+            live.submit(spec, replica=affinity_replica(spec.prompt, n))
+        records = live.run_until_idle()
+        records.sort(key=lambda r: r.arrival_s)
+        return SimulationResult(
+            config=cluster.config,
+            options=cluster.options,
+            requests=tuple(records),
+            replicas=live.replica_records(),
+            start_s=specs[0].arrival_s,
+            end_s=live.now,
+        )
+
     def estimate_s(self, call: LlmCall) -> float:
         """Rough time from arrival to finish on a lightly loaded replica (pass 1 only)."""
         return (
@@ -68,13 +96,34 @@ class Deployment:
         )
 
 
+def affinity_replica(prompt: Sequence[tuple[str, int]], replicas: int) -> int:
+    """The replica a prefix-affinity gateway sends a prompt to: a hash of its leading shared
+    segments (those no single task owns: a system prompt, a repository's context), so prompts
+    that share them meet their cached prefix, and a popular prefix makes its replica hot. A
+    prompt that starts with its own tokens is spread by those."""
+    shared = []
+    for key, _ in prompt:
+        if ":" in key:  # a task's own segment (models.workload.plan)
+            break
+        shared.append(key)
+    text = "\x1f".join(shared) if shared else prompt[0][0]
+    return zlib.crc32(text.encode()) % replicas
+
+
+_ROUTERS = {
+    "least_outstanding_requests": RouterPolicy.LEAST_OUTSTANDING_REQUESTS,
+    "round_robin": RouterPolicy.ROUND_ROBIN,
+    "prefix_affinity": RouterPolicy.LEAST_OUTSTANDING_REQUESTS,  # unused: the gateway picks
+}
+
+
 def build_deployments(
     config: WorkloadConfig,
     *,
     sample_interval_s: float = DEFAULT_SAMPLE_INTERVAL_S,
-    router: RouterPolicy = RouterPolicy.LEAST_OUTSTANDING_REQUESTS,
 ) -> dict[str, Deployment]:
-    """One simulated cluster per deployment, priced by the calibrated step-time model."""
+    """One simulated cluster per deployment, priced by the calibrated step-time model and
+    routed as the deployment's `routing` says."""
     out = {}
     for d in config.deployments:
         predictor = build_predictor(
@@ -92,7 +141,7 @@ def build_deployments(
                 label=d.name,
             ),
             num_replicas=d.replicas,
-            router=router,
+            router=_ROUTERS[d.routing],
         )
         options = SimulationOptions(sample_interval_s=sample_interval_s)
         prefill = predictor.step_time_s(
@@ -329,7 +378,7 @@ def simulate_plan(
         for name, dep in deployments.items():
             order = sorted(by_deployment[name], key=lambda k: arrival[k])
             specs = [replace(base[k], arrival_s=float(arrival[k])) for k in order]
-            result = dep.cluster.run(specs)
+            result = dep.run(specs)
             results[name] = result
             for rec in result.requests:
                 k = index[rec.request_id]

@@ -3,6 +3,13 @@
 -- kind 'model_route': the route's (workflow's) main model changed between the two weeks;
 -- 'week_over_week': same model, something else changed (price, deployment, prompt, traffic).
 -- A route-level finding hides the workflow-level one of the same workflow and week.
+-- compared = 'switch': the same test across a model switch, the hour the scope's main model
+-- (the model that began most of its tasks) changed: its tasks after the switch on the new
+-- model against those before it on the old one, each side up to 7 days and never past the
+-- scope's previous or next switch, so a mid-week move to a cheaper model is found whatever
+-- weeks the data spans. A weekly finding and a switch finding that say the same (scope, week,
+-- models) are one row, the weekly one; a switch finding hides a weekly one of other models
+-- in its week.
 -- Cost per accepted outcome here counts decided tasks only (pending ones are left out on both
 -- sides, so a week whose tasks are still in review does not look dear). See
 -- docs/unit-economics.md ("False economy").
@@ -73,8 +80,90 @@ measured as (
             and m.route is not distinct from w.route
 ),
 
-pairs as (
+hourly_models as (
+    -- the model that began most of the scope's tasks each hour (ties: the first by name);
+    -- hours count from the epoch, so no session time zone moves them
     select
+        scope, workflow, app, route,
+        cast(floor(epoch(first_start) / 3600) as bigint) as hour_n,
+        first_model as model
+    from scoped
+    where first_model is not null and first_start is not null
+    group by scope, workflow, app, route, hour_n, first_model
+    qualify row_number() over (
+        partition by scope, workflow, app, route, hour_n order by count(*) desc, first_model
+    ) = 1
+),
+
+switches as (
+    select
+        scope, workflow, app, route, hour_n,
+        lag(model) over by_hour as model_before,
+        model as model_after
+    from hourly_models
+    window by_hour as (partition by scope, workflow, app, route order by hour_n)
+    qualify lag(model) over by_hour is distinct from model and lag(model) over by_hour is not null
+),
+
+switch_spans as (
+    -- each side runs up to 7 days (168 hours), never past the previous or next switch
+    select
+        *,
+        greatest(coalesce(lag(hour_n) over by_switch, hour_n - 168), hour_n - 168) as from_n,
+        least(coalesce(lead(hour_n) over by_switch, hour_n + 168), hour_n + 168) as to_n
+    from switches
+    window by_switch as (partition by scope, workflow, app, route order by hour_n)
+),
+
+switch_sides as (
+    select
+        w.scope, w.workflow, w.app, w.route, w.hour_n, w.model_before, w.model_after,
+        t.first_start < make_timestamptz(w.hour_n * 3600000000) as before,
+        t.week, t.decided, t.is_accepted, t.total_cost, t.llm_cost, t.llm_calls, t.tokens
+    from switch_spans as w
+    inner join scoped as t
+        on
+            t.scope = w.scope
+            and t.workflow is not distinct from w.workflow
+            and t.app is not distinct from w.app
+            and t.route is not distinct from w.route
+            and t.first_start >= make_timestamptz(w.from_n * 3600000000)
+            and t.first_start < make_timestamptz(w.to_n * 3600000000)
+            and t.first_model = case
+                when t.first_start < make_timestamptz(w.hour_n * 3600000000) then w.model_before
+                else w.model_after
+            end
+),
+
+switch_measured as (
+    select
+        scope, workflow, app, route, hour_n, before,
+        case when before then model_before else model_after end as model,
+        min(week) as week,
+        count(*) as tasks,
+        count(*) filter (where decided) as decided,
+        count(*) filter (where is_accepted) as accepted,
+        coalesce(sum(total_cost) filter (where decided), 0) as decided_cost,
+        sum(llm_cost) as llm_cost,
+        cast(sum(llm_calls) as bigint) as llm_calls,
+        cast(sum(tokens) as bigint) as tokens
+    from switch_sides
+    group by scope, workflow, app, route, hour_n, before, model_before, model_after
+),
+
+switch_ratios as (
+    select
+        *,
+        llm_cost / nullif(llm_calls, 0) as cost_per_request,
+        llm_cost * 1e6 / nullif(tokens, 0) as cost_per_1m_tokens,
+        decided_cost / nullif(accepted, 0) as cost_per_accepted,
+        accepted / nullif(decided, 0) as accepted_rate
+    from switch_measured
+),
+
+week_pairs as (
+    select
+        'weeks' as compared, null::timestamptz as switched_at,
         a.scope, a.workflow, a.app, a.route,
         b.week, a.week as week_before,
         a.model as model_before, b.model as model_after,
@@ -103,6 +192,43 @@ pairs as (
             and b.route is not distinct from a.route
 ),
 
+switch_pairs as (
+    select
+        'switch' as compared, make_timestamptz(a.hour_n * 3600000000) as switched_at,
+        a.scope, a.workflow, a.app, a.route,
+        b.week, a.week as week_before,
+        a.model as model_before, b.model as model_after,
+        a.tasks as tasks_before, b.tasks as tasks_after,
+        a.decided as decided_before, b.decided as decided_after,
+        a.accepted as accepted_before, b.accepted as accepted_after,
+        a.accepted_rate as accepted_rate_before, b.accepted_rate as accepted_rate_after,
+        a.cost_per_request as cost_per_request_before,
+        b.cost_per_request as cost_per_request_after,
+        a.cost_per_1m_tokens as cost_per_1m_tokens_before,
+        b.cost_per_1m_tokens as cost_per_1m_tokens_after,
+        a.cost_per_accepted as cost_per_accepted_before,
+        b.cost_per_accepted as cost_per_accepted_after,
+        100 * (b.cost_per_request / nullif(a.cost_per_request, 0) - 1)
+            as cost_per_request_change_pct,
+        100 * (b.cost_per_1m_tokens / nullif(a.cost_per_1m_tokens, 0) - 1)
+            as cost_per_1m_tokens_change_pct,
+        100 * (b.cost_per_accepted / nullif(a.cost_per_accepted, 0) - 1)
+            as cost_per_accepted_change_pct
+    from switch_ratios as a
+    inner join switch_ratios as b
+        on
+            b.scope = a.scope and b.hour_n = a.hour_n and a.before and not b.before
+            and b.workflow is not distinct from a.workflow
+            and b.app is not distinct from a.app
+            and b.route is not distinct from a.route
+),
+
+pairs as (
+    select * from week_pairs
+    union all by name
+    select * from switch_pairs
+),
+
 findings as (
     select
         p.*,
@@ -124,14 +250,34 @@ findings as (
         )
 ),
 
-kept as (
-    -- a workflow-level finding only where none of its routes has one that week
+distinct_findings as (
+    -- a switch finding that a weekly one already states (same scope, week and models) is
+    -- left out; a weekly one is left out where a switch to other models explains its week
     select f.*
     from findings as f
     where
+        not exists (
+            select 1 from findings as o
+            where
+                o.scope = f.scope and o.week = f.week and o.compared <> f.compared
+                and o.workflow is not distinct from f.workflow
+                and o.app is not distinct from f.app
+                and o.route is not distinct from f.route
+                and (
+                    o.model_before is not distinct from f.model_before
+                    and o.model_after is not distinct from f.model_after
+                ) = (f.compared = 'switch')
+        )
+),
+
+kept as (
+    -- a workflow-level finding only where none of its routes has one that week
+    select f.*
+    from distinct_findings as f
+    where
         f.scope = 'route'
         or not exists (
-            select 1 from findings as r
+            select 1 from distinct_findings as r
             where r.scope = 'route' and r.workflow = f.workflow and r.week = f.week
         )
 ),
@@ -142,6 +288,8 @@ final as (
             when model_before is distinct from model_after then 'model_route'
             else 'week_over_week'
         end as kind,
+        compared,
+        switched_at,
         scope,
         workflow,
         app,
@@ -177,7 +325,14 @@ final as (
                     )
                 else concat('Workflow ', workflow)
             end,
-            ', week of ', strftime(week, '%Y-%m-%d'), ': ',
+            case
+                when compared = 'switch'
+                    then concat(
+                        ', switch at ',
+                        strftime(timezone('UTC', switched_at), '%Y-%m-%d %H:%M UTC'), ': '
+                    )
+                else concat(', week of ', strftime(week, '%Y-%m-%d'), ': ')
+            end,
             case
                 when model_before is distinct from model_after
                     then concat(
