@@ -382,6 +382,12 @@ class Storage:
             except duckdb.Error as exc:
                 cur.execute("ROLLBACK")
                 raise StorageError(f"migration {mig.version} ({mig.name}) failed: {exc}") from None
+        if current < latest:
+            # Schema changes go into the database file at once, not only the WAL: DuckDB 2.0.1
+            # replays some DDL from the WAL before its built-in extensions load (an ALTER of a
+            # table whose CHECK calls isfinite() tried to download one), so a crash before the
+            # next checkpoint could leave a file that will not open offline.
+            cur.execute("CHECKPOINT")
         # Views and macros are code, not data: recreated at every start so they always match
         # this version. Each statement commits on its own: a failed statement would abort an
         # enclosing transaction, and out-of-order files are retried.

@@ -6,7 +6,46 @@
 -- The view prices_effective takes the earlier of this and the next version's effective_from, so
 -- an ended version with no successor leaves its hours unpriced from effective_to on.
 -- ledger/price_book.py refuses an end at or before the version's start, or after its successor's.
-ALTER TABLE price_book ADD COLUMN effective_to TIMESTAMPTZ;
+-- The table is rebuilt, not altered: DuckDB 2.0.1 replays an ALTER TABLE ... ADD COLUMN from the
+-- WAL by binding the table's CHECKs again, before the extension holding isfinite() is loaded, and
+-- then tries to download it: a crash before the next checkpoint left the file unopenable offline
+-- (tests/test_durability.py caught it). CREATE, INSERT and RENAME replay cleanly.
+CREATE TABLE price_book_v14 (
+    price_id        BIGINT PRIMARY KEY DEFAULT nextval('price_book_price_id_seq'),
+    kind            VARCHAR NOT NULL CHECK (kind IN ('gpu', 'model', 'service', 'reviewer')),
+    subject         VARCHAR NOT NULL CHECK (subject <> ''),
+    deployment      VARCHAR NOT NULL DEFAULT '',
+    unit            VARCHAR NOT NULL CHECK (unit IN ('gpu_hour', 'input_mtok', 'cached_input_mtok',
+                                                     'output_mtok', 'hour', 'call')),
+    price           DOUBLE NOT NULL CHECK (price >= 0 AND isfinite(price)),
+    currency        VARCHAR NOT NULL DEFAULT 'USD',
+    stage           VARCHAR,
+    effective_from  TIMESTAMPTZ NOT NULL,
+    note            VARCHAR,
+    source          VARCHAR NOT NULL CHECK (source IN ('seed', 'cli', 'ui', 'api')),
+    created_at      TIMESTAMPTZ NOT NULL DEFAULT current_timestamp,
+    effective_to    TIMESTAMPTZ,
+    UNIQUE (kind, subject, deployment, unit, effective_from),
+    CHECK (CASE kind
+               WHEN 'gpu' THEN unit = 'gpu_hour'
+               WHEN 'model' THEN unit IN ('input_mtok', 'cached_input_mtok', 'output_mtok')
+               WHEN 'service' THEN unit IN ('hour', 'call')
+               WHEN 'reviewer' THEN unit = 'hour'
+           END),
+    CHECK (deployment = '' OR kind = 'gpu'),
+    CHECK ((kind = 'service') = (stage IS NOT NULL)),
+    CHECK (stage IS NULL OR stage IN ('retrieval', 'tools'))
+);
+INSERT INTO price_book_v14 (
+    price_id, kind, subject, deployment, unit, price, currency, stage, effective_from, note,
+    source, created_at
+)
+SELECT
+    price_id, kind, subject, deployment, unit, price, currency, stage, effective_from, note,
+    source, created_at
+FROM price_book;
+DROP TABLE price_book;
+ALTER TABLE price_book_v14 RENAME TO price_book;
 
 -- price_book_superseded: versions replaced by a corrected price from the same start. The
 -- replacement takes the version's place in price_book (so the book's UNIQUE key still holds
