@@ -1037,8 +1037,11 @@ def replica_ledger(storage: Storage, scraper: Scraper, *, saturate: bool = False
         ts = H12 + timedelta(seconds=i * R_SCRAPE_S)
         busy = i % 2 == 0
         scrape(scraper, targets["r0"], ts, vllm_page(kv=0.4 if busy else 0.2, running=int(busy)))
-        # saturated: one request waits on r1 at 12:30 (the 5-min window 12:30-12:35)
-        waiting = 2 if saturate and i == 120 else 0
+        # saturated: two requests wait on r1 from 12:30 for two minutes, 0.8 on average over
+        # the 5-min window 12:30-12:35 (above models/rightsizing.WAITING_THRESHOLD); a single
+        # scrape with a request waiting (12:40) is a burst, not saturation
+        waiting = 2 if saturate and 120 <= i < 128 else 0
+        waiting = 1 if saturate and i == 160 else waiting
         scrape(scraper, targets["r1"], ts, vllm_page(kv=0.0, waiting=waiting))
         scrape(scraper, dcgm, ts, pod_page)
     spans = SpanSet(int(H12.timestamp() * 1e9))

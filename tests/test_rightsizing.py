@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from models.rightsizing import (
+    WAITING_THRESHOLD,
     Binding,
     Deployment,
     Verdict,
@@ -70,7 +71,7 @@ def test_kv_bound_peak_needs_every_replica():
     assert "nothing to cut" in f.message
 
 
-@pytest.mark.parametrize("extra", [{"waiting": 0.25}, {"preemptions": 3.0}])
+@pytest.mark.parametrize("extra", [{"waiting": 0.75}, {"preemptions": 3.0}])
 def test_saturated_deployment_is_never_cut(extra):
     # mostly idle (0.2 busy replicas of 4), but one window had a request waiting or preempted:
     # that window needed all 4 replicas and more; the finding is "add capacity"
@@ -173,3 +174,19 @@ def test_share_text_never_rounds_to_a_whole_or_to_nothing():
     assert [share_text(v) for v in (0.0, 0.004, 0.5, 0.996, 1.0, None)] == [
         "0%", "<1%", "50%", ">99%", "100%", "?",
     ]  # fmt: skip
+
+
+def test_a_wait_of_a_scheduler_step_does_not_saturate():
+    # a burst caught at a scrape: 0.01 requests waiting on average over the window, no
+    # preemption -- an idle pool is still cut, not called saturated
+    windows = [window(0, up=4, busy=0.2, waiting=0.01), window(1, up=4, busy=0.3)]
+    f = rightsize(Deployment("pool", 1, 4.0, windows))
+    assert f.verdict is Verdict.CUT and f.saturated_windows == 0
+    assert window_need(windows[0]) == 1
+    # at the threshold it is saturated
+    assert (
+        rightsize(
+            Deployment("pool", 1, 4.0, [window(0, up=4, busy=0.2, waiting=WAITING_THRESHOLD)])
+        ).verdict
+        is Verdict.ADD_CAPACITY
+    )
