@@ -17,6 +17,8 @@ def money(value: float | None, digits: int = 2) -> str:
 def number(value: float | None) -> str:
     if value is None:
         return "–"
+    if abs(value) >= 1_000_000_000:  # a week of tokens: 3.76B, not 3,764.35M (tiles overflowed)
+        return f"{value / 1_000_000_000:,.2f}B"
     if abs(value) >= 1_000_000:
         return f"{value / 1_000_000:,.2f}M"
     if abs(value) >= 10_000:

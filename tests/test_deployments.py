@@ -520,6 +520,16 @@ def test_demo_workload_deployments_are_configured(storage: Storage) -> None:
             tensor_parallel=1,
             environment="prod",
         ),
+        # the nightly extraction batch's own pool, mostly idle (docs/demo.md, "What the demo
+        # plants")
+        Deployment(
+            "llama-3.1-8b-batch-h200",
+            model=LLAMA_8B,
+            gpu_type="H200",
+            gpus_per_replica=1,
+            tensor_parallel=1,
+            environment="prod",
+        ),
     )
     # The demo passes them through the setting (Settings.replace validates them again).
     settings = load_settings(env={}).replace(deployments=deployments)

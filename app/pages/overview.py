@@ -241,7 +241,9 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
         stat(
             "Requests",
             number(k.requests),
-            hint=f"{_share(k.failure_rate)} failed ({number(k.failed)})",
+            # LLM calls; a failed attempt (a guardrail block) usually has successful calls, so
+            # failures are counted per attempt and task on their own tile, not here
+            hint=f"LLM calls; {number(k.failed)} returned an error",
             id=_id("kpi-requests"),
         ),
         stat(
