@@ -236,6 +236,21 @@ def test_partial_scrapes_no_page_shows_a_share_above_100(live_factory, page, tmp
             if any(float(v.replace(",", "")) > 100 for v in _PERCENT.findall(line))
         ]
         assert not over, (path, over)
+        # every page says the range is incomplete, names dep's stretch and links to it
+        banner = page.locator("#coverage-banner")
+        expect(banner).to_be_visible()
+        expect(banner).to_contain_text("Data coverage")
+        expect(banner).to_contain_text("$0.96 of the cost is estimated")
+        expect(banner).to_contain_text("dep ")
+        href = banner.locator("a").first.get_attribute("href")
+        assert href.startswith("/gpu?range=custom&start="), href
+        if path == "/spend":
+            hint = page.locator("#spend-kpi-spend").locator("xpath=..").inner_text()
+            assert "$0.96 of it estimated" in hint and "unpriced: 4 requests" in hint
+        if path == "/requests":  # a self-hosted call never shows a bare $0: est. or unpriced
+            expect(page.locator(".ag-row").first).to_be_visible()
+            rows = page.locator(".ag-center-cols-container .ag-row").all_inner_texts()
+            assert rows and all("est." in r or "unpriced" in r for r in rows), rows[:3]
     assert any(seen.values()), "no percentage on any page: the check checked nothing"
     page.goto(live.url + "/?range=24h")
     ready(page)
@@ -244,5 +259,3 @@ def test_partial_scrapes_no_page_shows_a_share_above_100(live_factory, page, tmp
     assert "$0.96 of it estimated" in spend_hint and "unpriced: 4 requests" in spend_hint
     # the previous 24 h hold no data: top movers are flagged, not "+∞ %"
     expect(page.locator("#overview-movers-incomplete")).to_contain_text("data begins")
-    # the banner (app/coverage.py) is wired into app/shell.py by the coordinator; its browser
-    # assertion (names dep's unscraped stretch, links to /gpu) is left to that change
