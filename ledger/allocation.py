@@ -94,7 +94,8 @@ def estimate_gpu_seconds(storage: Storage, from_ns: int, to_ns: int) -> pa.Table
         "gap_ns": DEFAULT_MAX_SCRAPE_GAP_NS,
     }
     wanted = (
-        "w_hours", "w_spans", "w_req", "w_intervals", "w_gpu_price", "w_rate", "w_est", "w_sweep"
+        "w_hours", "w_spans", "w_req", "w_intervals", "w_gpu_price", "w_scrape_cover", "w_rate",
+        "w_est", "w_sweep",
     )  # fmt: skip
 
     def op(tx: Transaction) -> pa.Table:

@@ -213,9 +213,11 @@ priced as (
 
 select * from priced;
 
--- step: w_rate
--- one row per replica x hour x stretch of up time at one price: $/s and GPUs while up
-create or replace temp table w_rate as
+-- step: w_scrape_cover
+-- one row per vLLM scrape around the window: the stretch [a, b) it covers (until the next
+-- scrape, at most $gap_ns; the last one its replica's median interval) and whether it said up.
+-- w_rate prices the up stretches; w_scraped measures coverage from all of them.
+create or replace temp table w_scrape_cover as
 with sc as (
     select
         target as replica, epoch_ns(ts) as t_ns, up,
@@ -232,16 +234,21 @@ med as (
     from sc
     where next_ns is not null
     group by replica
-),
+)
 
-up as (
-    select
-        sc.replica, sc.t_ns as a,
-        least(coalesce(sc.next_ns, sc.t_ns + coalesce(med.med_ns, 15000000000)),
-            sc.t_ns + $gap_ns) as b
-    from sc
-    left join med on med.replica = sc.replica
-    where sc.up
+select
+    sc.replica, sc.t_ns as a,
+    least(coalesce(sc.next_ns, sc.t_ns + coalesce(med.med_ns, 15000000000)),
+        sc.t_ns + $gap_ns) as b,
+    sc.up
+from sc
+left join med on med.replica = sc.replica;
+
+-- step: w_rate
+-- one row per replica x hour x stretch of up time at one price: $/s and GPUs while up
+create or replace temp table w_rate as
+with up as (
+    select replica, a, b from w_scrape_cover where up
 ),
 
 reps as (
@@ -281,37 +288,10 @@ select * from final;
 -- one row per replica x hour: seconds covered by its vLLM scrapes, up or down (each scrape
 -- covers until the next, at most the gap), for coverage (mart_coverage_hourly)
 create or replace temp table w_scraped as
-with sc as (
-    select
-        target as replica, epoch_ns(ts) as t_ns,
-        lead(epoch_ns(ts)) over (partition by target order by ts) as next_ns
-    from scrapes
-    where
-        kind = 'vllm'
-        and ts >= to_timestamp(($h0_ns - $gap_ns) // 1000000000)
-        and ts < to_timestamp(($h1_ns + $gap_ns) // 1000000000)
-),
-
-med as (
-    select replica, median(next_ns - t_ns)::bigint as med_ns
-    from sc
-    where next_ns is not null
-    group by replica
-),
-
-stretches as (
-    select
-        sc.replica, sc.t_ns as a,
-        least(coalesce(sc.next_ns, sc.t_ns + coalesce(med.med_ns, 15000000000)),
-            sc.t_ns + $gap_ns) as b
-    from sc
-    left join med on med.replica = sc.replica
-)
-
 select
     s.replica, h.hs_ns,
     sum(least(s.b, h.he_ns) - greatest(s.a, h.hs_ns)) / 1e9 as scraped_s
-from stretches as s
+from w_scrape_cover as s
 inner join w_hours as h on s.a < h.he_ns and s.b > h.hs_ns
 group by s.replica, h.hs_ns;
 
