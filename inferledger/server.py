@@ -188,6 +188,21 @@ class Service:
         except Exception:
             log.exception("ledger refresh failed; the next run retries the same hours")
 
+    def pause_refresh(self) -> bool:
+        """Hold the scheduled ledger refresh (a refresh already running finishes). The demo's
+        history load holds it: each 60-s refresh would re-read a day of freshly loaded data
+        while the load runs, and the loader refreshes once when it is done. True if there was
+        a scheduled refresh to hold."""
+        if self.scheduler.get_job("ledger-refresh") is None:
+            return False
+        self.scheduler.pause_job("ledger-refresh")
+        return True
+
+    def resume_refresh(self) -> None:
+        """Resume the scheduled ledger refresh held by pause_refresh (no-op once stopped)."""
+        if self._started and self.scheduler.get_job("ledger-refresh") is not None:
+            self.scheduler.resume_job("ledger-refresh")
+
     def stop(self) -> None:
         """Stop the scheduler, finish queued writes, checkpoint, close. Idempotent."""
         self.ready.clear()

@@ -251,6 +251,156 @@ def _to_table(families: list[Metric], plain_counters: frozenset[str], scrape_us:
     return Exposition(table, dict(dropped), examples)
 
 
+class PageTemplate:
+    """Reads pages that differ from one parsed page only in their sample values, without the
+    parser: what a replay of thousands of pages from one exporter needs (inferledger demo's
+    history; Scraper.ingest_pages).
+
+    The rows come from :func:`read_exposition` itself: :meth:`learn` parses the page once with
+    every sample value replaced by its line number, which tells which text line each stored row
+    came from (``_created`` samples and the rest the parser leaves out simply never appear).
+    :meth:`read` then checks that a page has the same lines but for the values, reads the values
+    with the parser's own rule (``float``, no ``_``), and returns the learned rows with them.
+    It returns None for anything it cannot vouch for — another shape of page, a sample with its
+    own timestamp, a counter-like value that the parser would drop, OpenMetrics text — and the
+    caller parses that page the ordinary way. :meth:`learn` also checks its own reading of the
+    page against the parser's, row for row, and refuses (None) unless they are equal.
+    """
+
+    __slots__ = ("_checks", "_counter_like", "_lines", "_row_lines", "_rows", "_values_at")
+
+    def __init__(
+        self,
+        lines: list[str],
+        checks: list[tuple[int, str, bool]],
+        rows: pa.Table,
+        row_lines: list[int],
+    ) -> None:
+        self._lines = len(lines)
+        # (line index, the line's text (a comment) or its text up to the value, is a sample)
+        self._checks = checks
+        self._values_at = [i for i, _, sample in checks if sample]
+        self._rows = rows  # metric, family, type, labels, series_key, le of every stored row
+        # Rows in the order of the stored rows: the index into _values_at of each row's line.
+        position = {line: k for k, line in enumerate(self._values_at)}
+        self._row_lines = [position[line] for line in row_lines]
+        typ = rows.column("type").to_pylist()
+        metric = rows.column("metric").to_pylist()
+        fam = rows.column("family").to_pylist()
+        self._counter_like = [
+            t == "counter"
+            or (t in ("histogram", "summary") and m in {f + x for x in _COUNTER_LIKE_SUFFIXES})
+            for t, m, f in zip(typ, metric, fam, strict=True)
+        ]
+
+    @classmethod
+    def learn(cls, text: str, content_type: str, scrape_ts: datetime) -> PageTemplate | None:
+        """The template of `text`'s shape, or None when the fast reading cannot be vouched for."""
+        if is_openmetrics(content_type):
+            return None  # its parser checks values across samples (bucket order, counts)
+        lines = text.split("\n")
+        checks: list[tuple[int, str, bool]] = []
+        numbered = []
+        for i, line in enumerate(lines):
+            if not line.strip() or line.lstrip().startswith("#"):
+                checks.append((i, line, False))
+                numbered.append(line)
+                continue
+            cut = line.rfind(" ")
+            if cut < 0:
+                return None
+            checks.append((i, line[: cut + 1], True))
+            numbered.append(line[: cut + 1] + str(i))
+        try:
+            probe = read_exposition("\n".join(numbered), content_type, scrape_ts)
+            parsed = read_exposition(text, content_type, scrape_ts)
+        except ExpositionError:
+            return None
+        samples = probe.samples
+        scrape_us = _epoch_us(scrape_ts)
+        ts = samples.column("ts").cast(pa.int64()).to_pylist()
+        line_of = samples.column("value").to_pylist()
+        if (
+            probe.dropped
+            or parsed.dropped
+            or any(t != scrape_us for t in ts)
+            or any(v != int(v) or not checks[int(v)][2] for v in line_of)
+            or len(set(line_of)) != len(line_of)
+        ):
+            return None
+        rows = samples.drop_columns(["ts", "value"]).combine_chunks()
+        template = cls(lines, checks, rows, [int(v) for v in line_of])
+        mine = template.read(text, scrape_ts)
+        if mine is None or not mine.samples.equals(parsed.samples):
+            return None
+        return template
+
+    def read(self, text: str, scrape_ts: datetime) -> Exposition | None:
+        """The page's rows, as read_exposition would return them; None when the page does not
+        have the learned shape (or has a value the parser would treat differently)."""
+        lines = text.split("\n")
+        if len(lines) != self._lines:
+            return None
+        values: list[float] = []
+        append = values.append
+        for i, expected, sample in self._checks:
+            line = lines[i]
+            if not sample:
+                if line != expected:
+                    return None
+                continue
+            if not line.startswith(expected):
+                return None
+            token = line[len(expected) :]
+            if not token or " " in token or "_" in token or token != token.strip():
+                return None
+            try:
+                append(float(token))
+            except ValueError:
+                return None
+        picked = [values[k] for k in self._row_lines]
+        for value, counter in zip(picked, self._counter_like, strict=True):
+            if counter and not (value >= 0 and math.isfinite(value)):
+                return None
+        n = len(picked)
+        scrape = pa.scalar(_epoch_us(scrape_ts), pa.int64()).cast(SAMPLE_SCHEMA.field("ts").type)
+        rows = self._rows
+        table = pa.Table.from_arrays(
+            [
+                pa.repeat(scrape, n),
+                rows.column("metric"),
+                rows.column("family"),
+                rows.column("type"),
+                rows.column("labels"),
+                rows.column("series_key"),
+                rows.column("le"),
+                pa.array(picked, pa.float64()),
+            ],
+            schema=SAMPLE_SCHEMA,
+        )
+        return Exposition(table)
+
+
+class PageReader:
+    """Reads pages of many targets, each through the :class:`PageTemplate` learned from that
+    target's first page, and with the parser whenever the template cannot vouch for a page.
+    Not thread-safe: one per thread or process (the scraper guards its own)."""
+
+    def __init__(self) -> None:
+        self._templates: dict[str, PageTemplate | None] = {}
+
+    def read(self, name: str, text: str, content_type: str, scrape_ts: datetime) -> Exposition:
+        """Target `name`'s page as :func:`read_exposition` reads it (raises as it does)."""
+        template = self._templates.get(name)
+        if template is not None:
+            exposition = template.read(text, scrape_ts)
+            if exposition is not None:
+                return exposition
+        elif name not in self._templates:
+            self._templates[name] = PageTemplate.learn(text, content_type, scrape_ts)
+        return read_exposition(text, content_type, scrape_ts)
+
+
 def _describe(name: str, series_key: str, sample: Sample) -> str:
     """A dropped sample as exposition-like text, for the log line that reports it."""
     labels = ",".join(filter(None, [series_key, _le_label(sample)]))

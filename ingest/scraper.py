@@ -7,6 +7,11 @@ valid text) writes only its ``scrapes`` row with ``up = false`` and the error; n
 Samples the parser drops one by one (a timestamp out of bounds, a NaN or negative counter) are
 counted in ``inferledger_scrape_samples_dropped_total``; the rest of the scrape is kept.
 
+Replays: ``ingest_text`` stores one page as if scraped at a given time (the same parse and
+write); ``ingest_pages`` / ``store_scrapes`` store many at once in one write, reading each page
+through its target's ``PageTemplate`` (rows identical to the parser's) — what a history load
+uses (inferledger demo), never the live path.
+
 The target's timeout is a deadline for the whole exchange (connect, headers, body), not for
 each socket read: requests' own timeout restarts at every read, so a server that sends one byte
 every 2 s would hold a scrape with ``timeout_s: 3`` forever (issue #17). ``_Deadline`` shuts
@@ -48,7 +53,14 @@ from inferledger.core.errors import InferLedgerError
 from inferledger.core.service_metrics import ServiceMetrics
 from inferledger.core.settings import ScrapeTarget
 from inferledger.core.storage import Storage, Transaction
-from ingest.prom_text import DropReason, Exposition, ExpositionError, read_exposition
+from ingest.prom_text import (
+    SAMPLE_SCHEMA,
+    DropReason,
+    Exposition,
+    ExpositionError,
+    PageReader,
+    read_exposition,
+)
 
 log = logging.getLogger(__name__)
 
@@ -226,6 +238,9 @@ class Scraper:
         self._last_up: dict[str, bool] = {}
         self._last_dropped: dict[str, frozenset[DropReason]] = {}
         self._deadlines: set[_Deadline] = set()  # of the scrapes in flight
+        # ingest_pages: each target's page shape, learned from its first page
+        self._reader = PageReader()
+        self._read_lock = threading.Lock()
         self._closed = False
         self._lock = threading.Lock()
 
@@ -322,6 +337,75 @@ class Scraper:
         except ExpositionError as exc:
             error = str(exc)
         return self._record(target, scrape_ts, parsed, duration_s, None, error)
+
+    def ingest_pages(
+        self, pages: Sequence[tuple[ScrapeTarget, datetime, str]], content_type: str
+    ) -> list[ScrapeResult]:
+        """Store many pages as if each target had been scraped at its time, in ONE write: the
+        bulk form of :meth:`ingest_text` for replaying history (inferledger demo).
+
+        Each page is read through its target's :class:`PageTemplate` (learned from the
+        target's first page by the parser itself, so the rows are the parser's) and parsed the
+        ordinary way when the template cannot vouch for it. Bad text raises
+        :class:`ExpositionError` and nothing of the batch is stored."""
+        read = [(t, ts, self.read_page(t.name, text, content_type, ts)) for t, ts, text in pages]
+        return self.store_scrapes(
+            [(t, ts, e.samples.num_rows) for t, ts, e in read],
+            sample_rows([(t.name, e) for t, _, e in read]),
+            dropped=[e for _, _, e in read],
+        )
+
+    def read_page(self, name: str, text: str, content_type: str, ts: datetime) -> Exposition:
+        """One page's rows: through the template learned for target `name`, else the parser."""
+        with self._read_lock:
+            return self._reader.read(name, text, content_type, ts)
+
+    def store_scrapes(
+        self,
+        scrapes: Sequence[tuple[ScrapeTarget, datetime, int]],
+        samples: pa.Table,
+        *,
+        dropped: Sequence[Exposition] = (),
+    ) -> list[ScrapeResult]:
+        """Store successful scrapes in one write: their ``scrapes`` rows (target, time, sample
+        count; duration 0 as :meth:`ingest_text`) and `samples`, rows of ``metric_samples``
+        with their target (:func:`sample_rows`). `dropped`: the scrapes' Expositions, only to
+        count what the parser dropped. Raises what storage raises, and then stores nothing."""
+        if not scrapes:
+            return []
+        if any(ts.utcoffset() is None for _, ts, _ in scrapes):
+            raise ValueError("scrape timestamps must be timezone-aware")
+        if sum(n for _, _, n in scrapes) != samples.num_rows:
+            raise ValueError("the scrapes' sample counts do not add up to the samples given")
+        rows = pa.table(
+            {
+                "ts": pa.array([ts for _, ts, _ in scrapes], pa.timestamp("us", tz="UTC")),
+                "target": pa.array([t.name for t, _, _ in scrapes], pa.string()),
+                "kind": pa.array([t.kind for t, _, _ in scrapes], pa.string()),
+                "deployment": pa.array([t.deployment for t, _, _ in scrapes], pa.string()),
+                "url": pa.array([t.url for t, _, _ in scrapes], pa.string()),
+                "up": pa.array([True] * len(scrapes), pa.bool_()),
+                "duration_s": pa.array([0.0] * len(scrapes), pa.float64()),
+                "samples": pa.array([n for _, _, n in scrapes], pa.int32()),
+                "http_status": pa.array([None] * len(scrapes), pa.int32()),
+                "error": pa.array([None] * len(scrapes), pa.string()),
+            }
+        )
+
+        def write(tx: Transaction) -> None:
+            if samples.num_rows:
+                tx.append_arrow("metric_samples", samples)
+            tx.append_arrow("scrapes", rows)
+
+        self.storage.write(write, units=len(scrapes))
+        m = self.metrics
+        if m is not None:
+            for target, _, _ in scrapes:
+                m.scrapes.labels(target=target.name, result="ok").inc()
+            for (target, _, _), exposition in zip(scrapes, dropped, strict=False):
+                for reason, n in exposition.dropped.items():
+                    m.scrape_samples_dropped.labels(target=target.name, reason=reason).inc(n)
+        return [ScrapeResult(t.name, ts, True, n, 0.0, None, None) for t, ts, n in scrapes]
 
     def _fetch(self, target: ScrapeTarget) -> tuple[int, str, bytes]:
         """GET the target within its timeout: (HTTP status, Content-Type, body) or a
@@ -481,6 +565,18 @@ class Scraper:
         if parsed is not None:
             for reason, n in parsed.dropped.items():
                 m.scrape_samples_dropped.labels(target=result.target, reason=reason).inc(n)
+
+
+def sample_rows(scrapes: Sequence[tuple[str, Exposition]]) -> pa.Table:
+    """The ``metric_samples`` rows of parsed scrapes, each with its target's name: one
+    contiguous table (cheap to hand between processes, appended in one statement)."""
+    if not scrapes:
+        return SAMPLE_SCHEMA.insert(1, pa.field("target", pa.string())).empty_table()
+    tables = [
+        e.samples.add_column(1, "target", pa.repeat(pa.scalar(name), e.samples.num_rows))
+        for name, e in scrapes
+    ]
+    return pa.concat_tables(tables).combine_chunks()
 
 
 def _decode(body: bytes, content_type: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ import pytest
 
 from inferledger.core.storage import Storage
 from inferledger.demo import DAY_S, Demo, DemoError, DemoOptions, DemoState, Progress, state_path
+from ledger.load_status import load_status
 from models.workload import load_workload, scrape_targets, ticks
 from models.workload.segments import Segment, SegmentSource, plan_segments
 from tests.conftest import ROOT, free_port, whole_days
@@ -40,6 +42,10 @@ def storage_of(demo: Demo) -> Storage:
     assert demo.service is not None
     assert demo.service.ingestor.flush(30)
     return demo.service.storage
+
+
+def demo_targets() -> tuple:
+    return scrape_targets(SegmentSource(load_workload().scaled(RATE), SEED).config)
 
 
 def ns(t: float) -> int:
@@ -147,21 +153,41 @@ def test_history_goes_through_the_real_ingest_path(loaded):
     state = DemoState.load(state_path(demo.options.db))
     assert state is not None and state.status == "complete"
     assert state.spans >= roots and state.samples > 0
+    # The load said how far it got, and that it is done (only after the marts were costed).
+    status = load_status(st)
+    assert status is not None and not status.loading
+    assert status.history_start.timestamp() == pytest.approx(start)
+    assert st.scalar("select count(*) from mart_refresh_state") > 0
+
+
+def test_the_scheduled_refresh_is_held_only_while_the_history_loads(loaded):
+    """The loader holds the service's 60-s ledger refresh while it loads (it refreshes once at
+    the end) and lets it run again afterwards, so live traffic is costed as it arrives."""
+    demo, _ = loaded
+    service = demo.service
+    assert service is not None
+    job = service.scheduler.get_job("ledger-refresh")
+    assert job is not None and job.next_run_time is not None  # resumed after the load
+    assert service.pause_refresh()
+    assert service.scheduler.get_job("ledger-refresh").next_run_time is None
+    service.resume_refresh()
+    assert service.scheduler.get_job("ledger-refresh").next_run_time is not None
 
 
 def test_live_traffic_continues(loaded):
-    """Every target is scraped live. The 7 pages of one tick are stored one by one, so this
-    waits until all 7 are in (not merely the first), with a deadline a loaded machine meets."""
+    """Every target is scraped live. The pages of one tick are stored one by one, so this
+    waits until all are in (not merely the first), with a deadline a loaded machine meets."""
     demo, _ = loaded
     st = storage_of(demo)
     t0 = datetime.fromtimestamp(demo.t0, UTC)
+    want = len(demo_targets())
     live = 0
     deadline = time.monotonic() + 60
-    while live < 7 and time.monotonic() < deadline:
+    while live < want and time.monotonic() < deadline:
         live = st.scalar("select count(distinct target) from scrapes where ts >= ?", [t0])
-        if live < 7:
+        if live < want:
             time.sleep(0.2)
-    assert live == 7
+    assert live == want
 
 
 def test_a_demo_on_a_stopped_clock_ends_there(demo_ledger, ledger_end):
@@ -223,6 +249,9 @@ def test_interrupted_load_is_marked_and_resumed(tmp_path):
     demo.stop()  # at once: the history cannot be loaded yet
     state = DemoState.load(state_path(db))
     assert state is not None and state.status == "loading"
+    with Storage(db) as st:  # what the pages read: still loading, or not started
+        status = load_status(st)
+        assert status is None or status.loading
     demo, out = start_demo(db)
     try:
         assert "resuming the history load" in out.getvalue()
@@ -230,6 +259,8 @@ def test_interrupted_load_is_marked_and_resumed(tmp_path):
         state = DemoState.load(state_path(db))
         assert state is not None and state.status == "complete" and state.regions == []
         st = storage_of(demo)
+        status = load_status(st)
+        assert status is not None and not status.loading
         oldest = st.scalar("select min(ts) from scrapes").timestamp()
         assert oldest == pytest.approx(ticks(first_t0 - 0.03 * DAY_S, first_t0)[0])
         assert st.scalar("select count(*) - count(distinct (target, ts)) from scrapes") == 0
@@ -238,7 +269,7 @@ def test_interrupted_load_is_marked_and_resumed(tmp_path):
             st.scalar(
                 "select count(*) from scrapes where ts < ?", [datetime.fromtimestamp(demo.t0, UTC)]
             )
-            == 7 * n
+            == len(demo_targets()) * n
         )
     finally:
         demo.stop()
@@ -336,3 +367,91 @@ def test_cli_reaches_ready_and_exits_0_on_sigterm(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def stored_metrics(storage: Storage) -> tuple[list[tuple], list[tuple]]:
+    """Every scrapes row (without when it was received) and every sample, in a fixed order."""
+    scrapes = storage.fetchall("select * exclude (received_at) from scrapes order by target, ts")
+    samples = storage.fetchall(
+        "select ts, target, metric, family, type, map_entries(labels)::varchar, series_key, "
+        "le, value from metric_samples order by target, ts, metric, series_key, le"
+    )
+    return scrapes, samples
+
+
+def test_history_batches_store_the_rows_of_the_scrape_path(tmp_path):
+    """The history's bulk path (pages read through the page template in a worker process,
+    one write per window) stores exactly the rows the scrape path (prometheus_client's parser,
+    Scraper.ingest_text) stores for the same pages: at 15 s for the newest history and 120 s
+    for older, whose dcgm-exporter pages average over the 120 s."""
+    import multiprocessing
+
+    from inferledger.core.settings import ScrapeTarget
+    from inferledger.demo.batches import (
+        EXPOSITION,
+        FINE_S,
+        OLDER_SCRAPE_INTERVAL_S,
+        SegmentJob,
+        build_segment,
+        metric_windows,
+    )
+    from ingest.scraper import Scraper
+
+    start = 1_795_000_000.0 // 3600 * 3600 + 9 * 3600  # 09:00 UTC on a weekday, 15 minutes
+    seg = Segment(start, start + 900)
+    source = SegmentSource(load_workload().scaled(RATE), SEED)
+    simulated = source.get(seg)
+    targets = {
+        t.name: ScrapeTarget(t.name, t.url, 15, 10, t.kind, t.deployment)
+        for t in scrape_targets(source.config)
+    }
+    older = seg.end + FINE_S  # a region ending this late makes the segment "older" history
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        job = SegmentJob(SEED, RATE, seg.start, seg.end, older, traces=False)
+        from_worker = pool.apply(build_segment, (job,))
+    for interval, windows in (
+        (15.0, list(metric_windows(simulated, seg, seg.end))),
+        (OLDER_SCRAPE_INTERVAL_S, from_worker.metrics),
+    ):
+        with (
+            Storage(tmp_path / f"bulk{interval:g}.duckdb") as bulk,
+            Storage(tmp_path / f"parsed{interval:g}.duckdb") as parsed,
+        ):
+            scraper = Scraper(parsed)
+            for at in ticks(seg.start, seg.end, interval).tolist():
+                ts = datetime.fromtimestamp(at, UTC)
+                for target, text in simulated.pages(at, interval):
+                    assert scraper.ingest_text(targets[target.name], text, EXPOSITION, ts).up
+            for w in windows:
+                Scraper(bulk).store_scrapes(
+                    [(targets[t], datetime.fromtimestamp(at, UTC), n) for t, at, n in w.scrapes],
+                    w.samples,
+                )
+            want, got = stored_metrics(parsed), stored_metrics(bulk)
+        assert len(want[0]) == len(targets) * math.ceil(seg.duration / interval)
+        assert len(want[1]) > 100 * len(want[0])
+        assert got == want
+    assert from_worker.traces == []
+
+
+def test_load_status_says_how_far_the_history_is_complete(tmp_path):
+    from ledger.load_status import finish_load, load_status, set_load_status
+
+    start = datetime(2026, 11, 23, 9, 0, tzinfo=UTC)
+    with Storage(tmp_path / "s.duckdb") as st:
+        assert load_status(st) is None
+        set_load_status(st, loading=True, history_start=start, complete_from=None)
+        assert load_status(st).message().startswith("history loading: no complete data yet")
+        later = datetime(2026, 11, 29, 17, 0, tzinfo=UTC)
+        set_load_status(st, loading=True, history_start=start, complete_from=later, detail="x")
+        status = load_status(st)
+        assert status is not None and status.loading and status.complete_from == later
+        assert status.message() == "history loading: data complete back to 2026-11-29 17:00 UTC (x)"
+        with pytest.raises(Exception, match="complete_from must not be before"):
+            set_load_status(st, loading=True, history_start=later, complete_from=start)
+        assert load_status(st).complete_from == later  # the bad call wrote nothing
+        finish_load(st)
+        status = load_status(st)
+        assert status is not None and not status.loading and status.message() == ""
+        assert status.complete_from == status.history_start == start

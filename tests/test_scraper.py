@@ -21,9 +21,11 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import MetricsHandler, choose_encoder
 
+from inferledger.core.errors import InferLedgerError
 from inferledger.core.service_metrics import ServiceMetrics
 from inferledger.core.settings import ScrapeTarget
-from ingest.prom_text import ExpositionError, parse_exposition
+from inferledger.core.storage import Storage
+from ingest.prom_text import ExpositionError, PageTemplate, parse_exposition
 from ingest.scraper import ACCEPT_HEADER, SCRAPE_EXECUTOR, Scraper, scrape_job_id
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -498,3 +500,84 @@ def test_sample_timestamps_are_kept_for_replay():
 def test_a_repeated_series_is_refused():
     with pytest.raises(ExpositionError, match="appears twice"):
         parse_exposition('x{a="1"} 1\nx{a="1"} 2\n', "text/plain", T0)
+
+
+# ---------------------------------------------------------------- the bulk path (history replays)
+def stored_rows(storage: Storage) -> tuple[list[tuple], list[tuple]]:
+    """Every scrapes row (without when it was received) and every sample, in a fixed order."""
+    scrapes = storage.fetchall("select * exclude (received_at) from scrapes order by target, ts")
+    samples = storage.fetchall(
+        "select ts, target, metric, family, type, map_entries(labels)::varchar, series_key, "
+        "le, value from metric_samples order by target, ts, metric, series_key, le"
+    )
+    return scrapes, samples
+
+
+def history_pages() -> list[tuple[ScrapeTarget, datetime, str]]:
+    """A vLLM engine's and a dcgm-exporter's pages at 12 scrape times as their values change,
+    and one page whose counter went negative (the parser drops that sample: the fast reading
+    must not keep it) and one with a sample of another shape (a timestamp of its own)."""
+    vllm = FakeVllm()
+    encoder, _ = choose_encoder("text/plain;version=0.0.4")
+    v, d = target("engine-0", "http://e0/metrics"), target("dcgm-0", "http://d0/", kind="dcgm")
+    pages = []
+    for i in range(12):
+        ts = T0 + timedelta(seconds=15 * i)
+        vllm.serve(100 + i, {"stop": i % 3, "length": i % 2}, [0.05 * (i + 1)] * (i % 4))
+        pages.append((v, ts, encoder(vllm.registry).decode()))
+        pages.append((d, ts, dcgm_text(util=5.0 * i, energy_mj=1_000_000 + 977 * i)))
+    ts = T0 + timedelta(seconds=15 * 12)
+    pages.append((d, ts, dcgm_text(util=7.5, energy_mj=-5)))
+    stamped = dcgm_text(util=3, energy_mj=2_000_000).replace(
+        '"} 3\n', f'"}} 3 {int(ts.timestamp() * 1000)}\n', 1
+    )
+    pages.append((d, ts + timedelta(seconds=15), stamped))
+    return pages
+
+
+def test_bulk_pages_store_the_rows_of_the_scrape_path(tmp_path):
+    """Scraper.ingest_pages (one write, rows read through the page template) stores exactly
+    what ingest_text (prometheus_client's parser, a write per scrape) stores."""
+    pages = history_pages()
+    content_type = "text/plain; version=0.0.4; charset=utf-8"
+    with Storage(tmp_path / "a.duckdb") as a, Storage(tmp_path / "b.duckdb") as b:
+        parsed, bulk = Scraper(a), Scraper(b)
+        for t, ts, text in pages:
+            assert parsed.ingest_text(t, text, content_type, ts).up
+        results = bulk.ingest_pages(pages, content_type)
+        # the fast reading was used (each target's template was learned), not only the parser
+        assert len(bulk._reader._templates) == 2 and all(bulk._reader._templates.values())
+        want, got = stored_rows(a), stored_rows(b)
+        assert len(want[0]) == len(pages) and len(want[1]) > 12 * 40
+        assert got == want
+        assert sorted((r.target, r.ts, r.samples) for r in results) == [
+            (t, ts, n) for ts, t, *_, n, _, _ in sorted(want[0], key=lambda r: (r[1], r[0]))
+        ]
+        # the negative counter was dropped on both paths, the rest of its page kept
+        assert b.scalar("select count(*) from metric_samples where value < 0") == 0
+        # a stored scrape replayed again is refused whole: nothing of the batch is written
+        before = b.scalar("select count(*) from metric_samples")
+        with pytest.raises(InferLedgerError):
+            bulk.ingest_pages(pages[:2] + pages[:1], content_type)
+        assert b.scalar("select count(*) from metric_samples") == before
+
+
+def test_the_page_template_refuses_what_it_cannot_vouch_for():
+    vllm = FakeVllm()
+    vllm.serve(10, {"stop": 1}, [0.1])
+    encoder, content_type = choose_encoder("text/plain;version=0.0.4")
+    text = encoder(vllm.registry).decode()
+    template = PageTemplate.learn(text, content_type, T0)
+    assert template is not None
+    assert template.read(text, T0).samples.equals(parse_exposition(text, content_type, T0))
+    # another shape of page, a value the parser reads otherwise, a counter gone negative
+    vllm.success.labels(MODEL, "0", "new-reason").inc()
+    assert template.read(encoder(vllm.registry).decode(), T0) is None
+    line = next(x for x in text.splitlines() if x.startswith("vllm:prompt_tokens_total"))
+    assert template.read(text.replace(line, line.rsplit(" ", 1)[0] + " 1_0"), T0) is None
+    assert template.read(text.replace(line, line.rsplit(" ", 1)[0] + " -1.0"), T0) is None
+    # OpenMetrics and pages with timestamps of their own are always parsed
+    om_encoder, om_type = choose_encoder(ACCEPT_HEADER)
+    assert PageTemplate.learn(om_encoder(vllm.registry).decode(), om_type, T0) is None
+    stamped = 'x{a="1"} 1 1767614400000\n'
+    assert PageTemplate.learn(stamped, "text/plain", T0) is None

@@ -6,17 +6,21 @@ what a company with four internal apps, two vLLM deployments and a hosted fallba
 
 - traces: the apps' spans and vLLM's `llm_request` spans, POSTed as OTLP protobuf to /v1/traces
   by several concurrent senders, a few thousand spans per request;
-- metrics: every engine's vLLM /metrics page and every GPU node's dcgm-exporter page, rendered
-  every 15 s of simulated time and stored through Scraper.ingest_text with the scrape's own
-  (historical) timestamp: the same parser and writes as a live scrape.
+- metrics: every engine's vLLM /metrics page and every GPU node's dcgm-exporter page as a
+  scrape would see it. Live scrapes are stored through Scraper.ingest_text (prometheus_client's
+  parser, the writes of a live scrape). History is stored in bulk: each page is read into rows
+  by the page template (ingest/prom_text.py PageTemplate: rows identical to the parser's, which
+  it falls back to) and an hour of scrapes goes in one write (Scraper.store_scrapes), at 15 s
+  for the newest 3 hours and 60 s before that.
 
-The dashboard is served at once. History loads in the background, newest first: first the
-traces of every day (a few minutes for a week), then the metrics. The metrics dominate: storing
-one vLLM page through the scrape path costs ~8 ms (prometheus_client's parser, then the write),
-and a week holds ~40,000 scrapes per engine, far more than two minutes of work on a small
-machine (docs/demo.md has the measured timings). Live traffic starts at the same time: the
-simulation of the newest history day runs on into the first live hour, and from then on each
-day is simulated ahead and released as the wall clock passes it.
+The dashboard is served at once. History loads in the background, newest day first: the newest
+day (shared with the first live hour) is simulated in this process, older days in worker
+processes (batches.py), so the simulation uses the other core while this one ingests. The load
+writes its progress to the database (ledger/load_status.py) and clears its `loading` flag once
+the cost marts are refreshed over the whole history (docs/demo.md has the measured timings).
+Live traffic starts at the same time: the simulation of the newest history day runs on into the
+first live hour, and from then on each day is simulated ahead and released as the wall clock
+passes it.
 
 Re-running reuses the database and backfills the time it was not running; --rebuild starts
 over. `<db>.demo.json` beside the database records how it was generated and which history is
@@ -28,6 +32,7 @@ The modules, each importing only those above it in this list:
     state.py     options, the state file, the time grid, DemoError
     progress.py  the history load's progress bar
     senders.py   SpanSender (OTLP over HTTP), MetricReplayer (the scrape path), Feed
+    batches.py   a history segment as OTLP bodies and scrape rows (run in worker processes)
     history.py   HistoryLoader: the days before this run, resumable
     live.py      LiveFeeder: traffic as the wall clock passes it
     runner.py    Demo: the service, its port, the two feeding threads, start and stop

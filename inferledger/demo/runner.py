@@ -65,6 +65,7 @@ class Demo:
         self.history_done = threading.Event()
         self.failed: str | None = None
         self.service: Service | None = None
+        self.loader: HistoryLoader | None = None  # the history load of this run, once started
         self.state: DemoState | None = None
         self.t0 = 0.0  # where this run's live traffic starts (Unix seconds, a scrape time)
         self.url = ""
@@ -122,7 +123,7 @@ class Demo:
             live_first=plan_segments(newest.start if newest else t0, t0)[1],
             stop=self.stop_event,
         )
-        loader = HistoryLoader(feed, done=self.history_done, err=self.err)
+        self.loader = loader = HistoryLoader(feed, done=self.history_done, err=self.err)
         feeder = LiveFeeder(feed, clock=self.clock)
         self._closers += [loader.close, feeder.close]
         for name, target in (("demo-history", loader.run), ("demo-live", feeder.run)):

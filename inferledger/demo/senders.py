@@ -109,6 +109,7 @@ class SpanSender(_Workers):
             session = self._local.session = self._requests.Session()
             session.trust_env = False  # loopback: never through a proxy from the environment
         delay = 0.5
+        broken = 0
         while True:
             try:
                 resp = session.post(
@@ -120,7 +121,17 @@ class SpanSender(_Workers):
             except self._requests.ConnectionError:
                 if self.stop.is_set():
                     return
-                raise
+                # A kept-alive connection the server closed while idle (the history load waits
+                # minutes for a worker's day between bursts) fails the next POST at once. Sending
+                # again is safe: a span received twice is stored once.
+                broken += 1
+                if broken > 3:
+                    raise
+                session.close()
+                session = self._local.session = self._requests.Session()
+                session.trust_env = False
+                time.sleep(delay * broken)
+                continue
             if resp.status_code == 200:
                 answer = ExportTraceServiceResponse.FromString(resp.content)
                 rejected = answer.partial_success.rejected_spans

@@ -132,9 +132,12 @@ class SimulatedSegment:
             )
         return self._pages
 
-    def pages(self, at_unix_s: float) -> list[tuple[TargetInfo, str]]:
-        """Every target's page at at_unix_s (which must lie in the segment)."""
-        return self.scrape_pages().pages(at_unix_s)
+    def pages(
+        self, at_unix_s: float, interval_s: float = SCRAPE_INTERVAL_S
+    ) -> list[tuple[TargetInfo, str]]:
+        """Every target's page at at_unix_s (which must lie in the segment), scraped every
+        interval_s (ScrapePages.pages)."""
+        return self.scrape_pages().pages(at_unix_s, interval_s)
 
 
 class ScrapePages:
@@ -163,10 +166,17 @@ class ScrapePages:
                 )
                 self._gpus.setdefault(d.node, []).append(_gpu_timeline(d, result.replicas[i], i))
 
-    def pages(self, at_unix_s: float) -> list[tuple[TargetInfo, str]]:
-        """Every target's page at at_unix_s (which must lie in the segment)."""
+    def pages(
+        self, at_unix_s: float, interval_s: float = SCRAPE_INTERVAL_S
+    ) -> list[tuple[TargetInfo, str]]:
+        """Every target's page at at_unix_s (which must lie in the segment), as scraped every
+        interval_s: dcgm-exporter's utilisation fields average over the interval, as a real
+        exporter's do over its collection period (a coarser replay of history keeps the busy
+        time exact)."""
         if not self.start_unix_s <= at_unix_s < self.end_unix_s:
             raise ValueError(f"{at_unix_s} is outside the segment")
+        if not interval_s > 0:
+            raise ValueError(f"interval_s must be positive, got {interval_s}")
         at = at_unix_s - self.start_unix_s
         out = []
         for target in self._targets:
@@ -174,7 +184,8 @@ class ScrapePages:
                 out.append((target, self._vllm[target.name].render(at)))
             else:
                 node = target.name.removeprefix("dcgm-")
-                out.append((target, merge_pages([g.render(at) for g in self._gpus[node]])))
+                pages = [g.render(at, interval_s) for g in self._gpus[node]]
+                out.append((target, merge_pages(pages)))
         return out
 
 
