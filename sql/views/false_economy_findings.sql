@@ -63,14 +63,8 @@ main_models as (
     ) = 1
 ),
 
-measured as (
-    select
-        w.*,
-        m.model,
-        w.llm_cost / nullif(w.llm_calls, 0) as cost_per_request,
-        w.llm_cost * 1e6 / nullif(w.tokens, 0) as cost_per_1m_tokens,
-        w.decided_cost / nullif(w.accepted, 0) as cost_per_accepted,
-        w.accepted / nullif(w.decided, 0) as accepted_rate
+weekly_measured as (
+    select w.*, m.model
     from weekly as w
     left join main_models as m
         on
@@ -151,82 +145,67 @@ switch_measured as (
     group by scope, workflow, app, route, hour_n, before, model_before, model_after
 ),
 
-switch_ratios as (
+sides as (
+    -- both comparisons as "before" and "after" sides sharing a pair key: a week is the after
+    -- side of the week before it (pair_week = its week) and the before side of the next
+    -- (pair_week = its week + 7); a switch's two sides share its hour
+    select
+        'weeks' as compared, null::timestamptz as switched_at, true as is_before,
+        week + 7 as pair_week, null::bigint as pair_hour, *
+    from weekly_measured
+    union all by name
+    select
+        'weeks' as compared, null::timestamptz as switched_at, false as is_before,
+        week as pair_week, null::bigint as pair_hour, *
+    from weekly_measured
+    union all by name
+    select
+        'switch' as compared, make_timestamptz(hour_n * 3600000000) as switched_at,
+        before as is_before, null::date as pair_week, hour_n as pair_hour, *
+    from switch_measured
+),
+
+ratios as (
     select
         *,
         llm_cost / nullif(llm_calls, 0) as cost_per_request,
         llm_cost * 1e6 / nullif(tokens, 0) as cost_per_1m_tokens,
         decided_cost / nullif(accepted, 0) as cost_per_accepted,
         accepted / nullif(decided, 0) as accepted_rate
-    from switch_measured
-),
-
-week_pairs as (
-    select
-        'weeks' as compared, null::timestamptz as switched_at,
-        a.scope, a.workflow, a.app, a.route,
-        b.week, a.week as week_before,
-        a.model as model_before, b.model as model_after,
-        a.tasks as tasks_before, b.tasks as tasks_after,
-        a.decided as decided_before, b.decided as decided_after,
-        a.accepted as accepted_before, b.accepted as accepted_after,
-        a.accepted_rate as accepted_rate_before, b.accepted_rate as accepted_rate_after,
-        a.cost_per_request as cost_per_request_before,
-        b.cost_per_request as cost_per_request_after,
-        a.cost_per_1m_tokens as cost_per_1m_tokens_before,
-        b.cost_per_1m_tokens as cost_per_1m_tokens_after,
-        a.cost_per_accepted as cost_per_accepted_before,
-        b.cost_per_accepted as cost_per_accepted_after,
-        100 * (b.cost_per_request / nullif(a.cost_per_request, 0) - 1)
-            as cost_per_request_change_pct,
-        100 * (b.cost_per_1m_tokens / nullif(a.cost_per_1m_tokens, 0) - 1)
-            as cost_per_1m_tokens_change_pct,
-        100 * (b.cost_per_accepted / nullif(a.cost_per_accepted, 0) - 1)
-            as cost_per_accepted_change_pct
-    from measured as a
-    inner join measured as b
-        on
-            b.scope = a.scope and b.week = a.week + 7
-            and b.workflow is not distinct from a.workflow
-            and b.app is not distinct from a.app
-            and b.route is not distinct from a.route
-),
-
-switch_pairs as (
-    select
-        'switch' as compared, make_timestamptz(a.hour_n * 3600000000) as switched_at,
-        a.scope, a.workflow, a.app, a.route,
-        b.week, a.week as week_before,
-        a.model as model_before, b.model as model_after,
-        a.tasks as tasks_before, b.tasks as tasks_after,
-        a.decided as decided_before, b.decided as decided_after,
-        a.accepted as accepted_before, b.accepted as accepted_after,
-        a.accepted_rate as accepted_rate_before, b.accepted_rate as accepted_rate_after,
-        a.cost_per_request as cost_per_request_before,
-        b.cost_per_request as cost_per_request_after,
-        a.cost_per_1m_tokens as cost_per_1m_tokens_before,
-        b.cost_per_1m_tokens as cost_per_1m_tokens_after,
-        a.cost_per_accepted as cost_per_accepted_before,
-        b.cost_per_accepted as cost_per_accepted_after,
-        100 * (b.cost_per_request / nullif(a.cost_per_request, 0) - 1)
-            as cost_per_request_change_pct,
-        100 * (b.cost_per_1m_tokens / nullif(a.cost_per_1m_tokens, 0) - 1)
-            as cost_per_1m_tokens_change_pct,
-        100 * (b.cost_per_accepted / nullif(a.cost_per_accepted, 0) - 1)
-            as cost_per_accepted_change_pct
-    from switch_ratios as a
-    inner join switch_ratios as b
-        on
-            b.scope = a.scope and b.hour_n = a.hour_n and a.before and not b.before
-            and b.workflow is not distinct from a.workflow
-            and b.app is not distinct from a.app
-            and b.route is not distinct from a.route
+    from sides
 ),
 
 pairs as (
-    select * from week_pairs
-    union all by name
-    select * from switch_pairs
+    select
+        a.compared, a.switched_at,
+        a.scope, a.workflow, a.app, a.route,
+        b.week, a.week as week_before,
+        a.model as model_before, b.model as model_after,
+        a.tasks as tasks_before, b.tasks as tasks_after,
+        a.decided as decided_before, b.decided as decided_after,
+        a.accepted as accepted_before, b.accepted as accepted_after,
+        a.accepted_rate as accepted_rate_before, b.accepted_rate as accepted_rate_after,
+        a.cost_per_request as cost_per_request_before,
+        b.cost_per_request as cost_per_request_after,
+        a.cost_per_1m_tokens as cost_per_1m_tokens_before,
+        b.cost_per_1m_tokens as cost_per_1m_tokens_after,
+        a.cost_per_accepted as cost_per_accepted_before,
+        b.cost_per_accepted as cost_per_accepted_after,
+        100 * (b.cost_per_request / nullif(a.cost_per_request, 0) - 1)
+            as cost_per_request_change_pct,
+        100 * (b.cost_per_1m_tokens / nullif(a.cost_per_1m_tokens, 0) - 1)
+            as cost_per_1m_tokens_change_pct,
+        100 * (b.cost_per_accepted / nullif(a.cost_per_accepted, 0) - 1)
+            as cost_per_accepted_change_pct
+    from ratios as a
+    inner join ratios as b
+        on
+            b.compared = a.compared and b.scope = a.scope and a.is_before and not b.is_before
+            and b.pair_week is not distinct from a.pair_week
+            and b.pair_hour is not distinct from a.pair_hour
+            and b.workflow is not distinct from a.workflow
+            and b.app is not distinct from a.app
+            and b.route is not distinct from a.route
 ),
 
 findings as (
