@@ -248,3 +248,33 @@ def choice_in_url(control_id: str, key: str, default: str) -> None:
         if state.page.get(key) == wanted:
             raise PreventUpdate  # the page was drawn from this URL: nothing chosen
         return state.with_choice(key, wanted).query_string()
+
+
+# --------------------------------------------------------------------------- audit-trail pages
+def pager(make_id: Callable[[str], str]) -> html.Div:
+    """Newer / Older buttons and "Changes a–b of N" under a paged table (the admin pages' audit
+    trails, read a page at a time on the server). The page keeps its offset in a
+    dcc.Store `offset` and registers its own callbacks (with its own role check), using
+    :func:`pager_state` and :func:`turned_offset`."""
+    return html.Div(
+        [
+            html.Button("← Newer", id=make_id("newer"), n_clicks=0, className="button"),
+            html.Span(id=make_id("page-info"), className="admin-page-info"),
+            html.Button("Older →", id=make_id("older"), n_clicks=0, className="button"),
+        ],
+        className="admin-pager",
+    )
+
+
+def pager_state(offset: int, shown: int, total: int) -> tuple[str, bool, bool]:
+    """The pager's text and whether Newer and Older are disabled, for `shown` rows from
+    `offset` of `total`, newest first."""
+    if not total:
+        return "", True, True
+    last = offset + shown
+    return f"Changes {offset + 1}–{last} of {total}, newest first", offset == 0, last >= total
+
+
+def turned_offset(older: bool, offset: int | None, page_size: int) -> int:
+    """The offset after Older (or Newer); the page reader keeps it within the last page."""
+    return max(0, (offset or 0) + (page_size if older else -page_size))

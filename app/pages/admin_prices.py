@@ -17,7 +17,7 @@ from dash import Input, Output, State, callback, ctx, dcc, html
 
 from app import context
 from app.auth import RoleRequiredError
-from app.components import ids
+from app.components import ids, pager, pager_state, turned_offset
 from ledger import price_book
 
 dash.register_page(
@@ -159,14 +159,7 @@ def layout(**_kwargs: object) -> html.Div:
                 [
                     html.H2("Audit trail", className="card-title"),
                     html.Div(id=ID("changes"), className="admin-table-wrap"),
-                    html.Div(
-                        [
-                            html.Button("← Newer", id=ID("newer"), n_clicks=0, className="button"),
-                            html.Span(id=ID("page-info"), className="admin-page-info"),
-                            html.Button("Older →", id=ID("older"), n_clicks=0, className="button"),
-                        ],
-                        className="admin-pager",
-                    ),
+                    pager(ID),
                 ],
                 className="card admin-card",
                 **{"aria-label": "Audit trail"},
@@ -294,12 +287,7 @@ def _changes(_version: int, offset: int | None) -> tuple[Any, str, bool, bool]:
         rows,
         "No changes yet.",
     )
-    info = (
-        f"Changes {page.offset + 1}–{page.offset + len(page.changes)} of {page.total}, newest first"
-        if page.total
-        else ""
-    )
-    return table, info, page.offset == 0, page.offset + PAGE_SIZE >= page.total
+    return table, *pager_state(page.offset, len(page.changes), page.total)
 
 
 @callback(
@@ -310,8 +298,7 @@ def _changes(_version: int, offset: int | None) -> tuple[Any, str, bool, bool]:
     prevent_initial_call=True,
 )
 def _turn(_newer: int, _older: int, offset: int | None) -> int:
-    step = PAGE_SIZE if ctx.triggered_id == ID("older") else -PAGE_SIZE
-    return max(0, (offset or 0) + step)  # history_page keeps it within the last page
+    return turned_offset(ctx.triggered_id == ID("older"), offset, PAGE_SIZE)
 
 
 @callback(

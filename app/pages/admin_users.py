@@ -15,7 +15,7 @@ from dash import Input, Output, State, callback, ctx, dcc, html
 
 from app import auth, context
 from app.auth import RoleRequiredError
-from app.components import ids
+from app.components import ids, pager, pager_state, turned_offset
 from ledger import users
 
 dash.register_page(
@@ -153,14 +153,7 @@ def layout(**_kwargs: object) -> html.Div:
                 [
                     html.H2("Recent changes", className="card-title"),
                     html.Div(id=ID("changes"), className="admin-table-wrap"),
-                    html.Div(
-                        [
-                            html.Button("← Newer", id=ID("newer"), n_clicks=0, className="button"),
-                            html.Span(id=ID("page-info"), className="admin-page-info"),
-                            html.Button("Older →", id=ID("older"), n_clicks=0, className="button"),
-                        ],
-                        className="admin-pager",
-                    ),
+                    pager(ID),
                 ],
                 className="card admin-card",
                 **{"aria-label": "Recent changes"},
@@ -245,11 +238,7 @@ def _pager(_version: int, offset: int | None) -> tuple[str, bool, bool]:
     except RoleRequiredError:
         return "", True, True
     page = users.user_changes_page(context.storage(), offset or 0, PAGE_SIZE)
-    if not page.total:
-        return "", True, True
-    last = page.offset + len(page.changes)
-    info = f"Changes {page.offset + 1}–{last} of {page.total}, newest first"
-    return info, page.offset == 0, last >= page.total
+    return pager_state(page.offset, len(page.changes), page.total)
 
 
 @callback(
@@ -260,8 +249,7 @@ def _pager(_version: int, offset: int | None) -> tuple[str, bool, bool]:
     prevent_initial_call=True,
 )
 def _turn(_newer: int, _older: int, offset: int | None) -> int:
-    step = PAGE_SIZE if ctx.triggered_id == ID("older") else -PAGE_SIZE
-    return max(0, (offset or 0) + step)  # user_changes_page keeps it within the last page
+    return turned_offset(ctx.triggered_id == ID("older"), offset, PAGE_SIZE)
 
 
 def _message(text: str, ok: bool) -> html.P:
