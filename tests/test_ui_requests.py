@@ -41,16 +41,27 @@ def grid_data(page, first: int = 0, count: int = 100) -> list[dict]:
     )
 
 
+def wait_grid(page, predicate: str, arg=None, timeout: int = 15_000) -> None:
+    """Until `predicate(api, arg)` holds for the grid's API. dash-ag-grid's getApi throws until
+    the grid is initialised (a slow CI page), which would end the wait at once: keep polling."""
+    page.wait_for_function(
+        "arg => { let api;"
+        " try { api = dash_ag_grid.getApi('requests-grid'); } catch (e) { return false; }"
+        f" return !!({predicate})(api, arg); }}",
+        arg=arg,
+        timeout=timeout,
+    )
+
+
 def wait_rows(page, first: int, key: str, value) -> None:
     """Until the grid's row `first` is loaded and its `key` is `value`."""
-    page.wait_for_function(
-        """([first, key, value]) => {
-            const api = window.dash_ag_grid && dash_ag_grid.getApi('requests-grid');
-            const node = api && api.getDisplayedRowAtIndex(first);
+    wait_grid(
+        page,
+        """(api, [first, key, value]) => {
+            const node = api.getDisplayedRowAtIndex(first);
             return !!(node && node.data && node.data[key] === value);
         }""",
-        arg=[first, key, value],
-        timeout=15_000,
+        [first, key, value],
     )
 
 
@@ -117,20 +128,22 @@ def test_explorer_pages_and_sorts_on_the_server(ledger_server, page) -> None:
     costs = [r[0] for r in storage.fetchall(f"select {COST} from mart_requests order by 1")]
     header = page.locator(f'{GRID} .ag-header-cell[col-id="cost"] .ag-header-cell-label')
     header.click()
-    page.wait_for_function(
-        "v => { const n = dash_ag_grid.getApi('requests-grid').getDisplayedRowAtIndex(0);"
+    wait_grid(
+        page,
+        "(api, v) => { const n = api.getDisplayedRowAtIndex(0);"
         " return !!(n && n.data && Math.abs(n.data.cost - v) < 1e-12); }",
-        arg=costs[-1],
+        costs[-1],
         timeout=15_000,
     )
     top = [r["cost"] for r in grid_data(page, 0, 100)]
     assert top == pytest.approx(costs[::-1][:100], abs=1e-12)
     assert usd(cells(page, "cost")[0]) == pytest.approx(costs[-1], abs=6e-6)
     header.click()
-    page.wait_for_function(
-        "v => { const n = dash_ag_grid.getApi('requests-grid').getDisplayedRowAtIndex(0);"
+    wait_grid(
+        page,
+        "(api, v) => { const n = api.getDisplayedRowAtIndex(0);"
         " return !!(n && n.data && Math.abs(n.data.cost - v) < 1e-12); }",
-        arg=costs[0],
+        costs[0],
         timeout=15_000,
     )
     assert [r["cost"] for r in grid_data(page, 0, 100)] == pytest.approx(costs[:100], abs=1e-12)
@@ -152,9 +165,10 @@ def test_filters_narrow_the_rows_and_the_url(ledger_server, page, tmp_path: Path
     apps = storage.scalar("select count(*) from mart_requests where app = 'code-assistant'")
     assert 0 < apps < everything
     wait_total(page, apps)
-    page.wait_for_function(
-        "n => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === n",
-        arg=apps,
+    wait_grid(
+        page,
+        "(api, n) => api.getDisplayedRowCount() === n",
+        apps,
         timeout=15_000,
     )
     wait_rows(page, 0, "app", "code-assistant")
@@ -177,9 +191,10 @@ def test_filters_narrow_the_rows_and_the_url(ledger_server, page, tmp_path: Path
     page.fill("#requests-min-cost", repr(floor))
     page.press("#requests-min-cost", "Enter")
     wait_total(page, above)
-    page.wait_for_function(
-        "n => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === n",
-        arg=above,
+    wait_grid(
+        page,
+        "(api, n) => api.getDisplayedRowCount() === n",
+        above,
         timeout=15_000,
     )
     data = grid_data(page)
@@ -204,8 +219,9 @@ def test_filters_narrow_the_rows_and_the_url(ledger_server, page, tmp_path: Path
     page.fill("#requests-model", "no-such-model")
     page.press("#requests-model", "Enter")
     page.wait_for_selector("#requests-empty >> text=model contains 'no-such-model'")
-    page.wait_for_function(
-        "() => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === 0",
+    wait_grid(
+        page,
+        "(api) => api.getDisplayedRowCount() === 0",
         timeout=15_000,
     )
 
@@ -217,9 +233,10 @@ def test_a_row_opens_its_trace_waterfall(ledger_server, page) -> None:
     choose(page, "requests-hosting", "Self-hosted")
     self_hosted = storage.scalar("select count(*) from mart_requests where hosting = 'self_hosted'")
     wait_total(page, self_hosted)
-    page.wait_for_function(
-        "n => dash_ag_grid.getApi('requests-grid').getDisplayedRowCount() === n",
-        arg=self_hosted,
+    wait_grid(
+        page,
+        "(api, n) => api.getDisplayedRowCount() === n",
+        self_hosted,
         timeout=15_000,
     )
     wait_rows(page, 0, "hosting", "Self-hosted")
