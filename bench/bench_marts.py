@@ -46,6 +46,7 @@ from ledger_data import append_hours  # noqa: E402
 from inferledger.core.storage import Storage  # noqa: E402
 from inferledger.server import prepare_reference_data  # noqa: E402
 from inferledger.settings import load_settings  # noqa: E402
+from ledger.efficiency import COUNTER_MAX_GAP_S, KV_HIGH_USAGE, MAX_SAMPLE_GAP_S  # noqa: E402
 from ledger.marts import Refresher, refresh  # noqa: E402
 from ledger.queries import Filters, bind, query_names, query_sql  # noqa: E402
 
@@ -138,8 +139,10 @@ def first_load_params(storage: Storage, filters: Filters) -> dict[str, Any]:
             "select workflow from mart_tasks where workflow is not null "
             "group by 1 order by count(*) desc limit 1"
         ),
-        "window_s": 300,  # replica_windows: models/rightsizing.WINDOW_S
-        "max_gap_s": 300.0,  # a gauge sample stands for at most this long (ledger/efficiency)
+        "window_s": 300,  # replica_windows, rightsizing_windows: models/rightsizing.WINDOW_S
+        "max_gap_s": MAX_SAMPLE_GAP_S,  # a gauge sample stands for at most this long
+        "kv_high": KV_HIGH_USAGE,  # rightsizing_windows: a wait on a full KV cache is held
+        "counter_max_gap_s": COUNTER_MAX_GAP_S,  # rightsizing_windows: counter pairs
         **window,
     }
 

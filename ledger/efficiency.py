@@ -23,11 +23,12 @@ vLLM replica with its utilisation beside its deployment's mean), :func:`replica_
 (KV occupancy, waiting requests and queue time per deployment and replica, at a resolution
 chosen from the range by :func:`series_window_s`) and :func:`rightsizing_findings`
 (models/rightsizing.py over 5-minute windows), all over scraped time only
-(sql/queries/replica_*.sql).
+(sql/queries/replica_*.sql, rightsizing_*.sql).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -46,6 +47,9 @@ from ledger.queries import Filters, run
 from ledger.schema import slo_targets
 from ledger.sql_steps import load_steps, run_step
 from models import rightsizing
+from models.gpu_catalog import Precision, get_gpu
+from models.model_catalog import get_model
+from models.steptime import build_predictor
 
 #: KV-cache usage (0..1) at or above which a waiting request counts as KV-bound.
 KV_HIGH_USAGE = 0.9
@@ -554,6 +558,9 @@ FINDING_COLUMNS = (
     "covered_hours",
     "window_s",
     "target_utilization",
+    "basis",
+    "peak_compute_replicas",
+    "step_model",
 )
 _FINDING_TYPES: dict[str, pa.DataType] = {
     "deployment": pa.string(), "verdict": pa.string(), "verdict_label": pa.string(),
@@ -561,25 +568,26 @@ _FINDING_TYPES: dict[str, pa.DataType] = {
     "first_saturated": pa.timestamp("us", tz="UTC"), "replicas_held": pa.int64(),
     "gpus_per_replica": pa.int64(), "gpus_held": pa.int64(), "peak_need_replicas": pa.int64(),
     "gpus_to_cut": pa.int64(), "saturated_windows": pa.int64(), "windows": pa.int64(),
-    "window_s": pa.int64(),
+    "window_s": pa.int64(), "basis": pa.string(), "step_model": pa.string(),
 }  # fmt: skip
 
 
 def rightsizing_inputs(storage: Storage, filters: Filters) -> list[rightsizing.Deployment]:
-    """Each selected deployment's 5-minute windows of scraped time (deployment rows of
-    sql/queries/replica_windows.sql), GPUs per replica and the range's $/GPU-hour (GPU cost
-    over priced GPU-hours, sql/queries/replica_costs.sql; None when unpriced)."""
-    costs: dict[str, dict[str, float]] = {}
-    for c in run(storage, "replica_costs", filters).to_pylist():
-        d = costs.setdefault(c["deployment"], {"gpus": 1, "cost": 0.0, "priced_h": 0.0})
-        d["gpus"] = max(d["gpus"], c["gpus"] or 1)
-        if c["price_per_gpu_hour"] is not None and c["price_per_gpu_hour"] > 0:
-            d["cost"] += c["price_per_gpu_hour"] * (c["priced_gpu_hours"] or 0.0)
-            d["priced_h"] += c["priced_gpu_hours"] or 0.0
+    """Each selected deployment's 5-minute windows of scraped time
+    (sql/queries/rightsizing_windows.sql), GPUs per replica, the range's $/GPU-hour (GPU cost
+    over priced GPU-hours; None when unpriced) and its step-time model where its model and GPU
+    are known to the catalogs (sql/queries/rightsizing_deployments.sql)."""
     windows: dict[str, list[rightsizing.Window]] = {}
-    for w in _windows(storage, filters, rightsizing.WINDOW_S).to_pylist():
-        if w["replica"] is not None:
-            continue
+    rows = run(
+        storage,
+        "rightsizing_windows",
+        filters,
+        window_s=rightsizing.WINDOW_S,
+        max_gap_s=MAX_SAMPLE_GAP_S,
+        kv_high=KV_HIGH_USAGE,
+        counter_max_gap_s=COUNTER_MAX_GAP_S,
+    ).to_pylist()
+    for w in rows:
         windows.setdefault(w["deployment"], []).append(
             rightsizing.Window(
                 start=w["window_start"],
@@ -590,21 +598,75 @@ def rightsizing_inputs(storage: Storage, filters: Filters) -> list[rightsizing.D
                 preemptions=float(w["preemptions"] or 0.0),
                 busy_s=float(w["busy_s"]),
                 covered_s=float(w["covered_s"]),
+                waiting_held=float(w["waiting_held_mean"] or 0.0),
+                samples=int(w["samples"]),
+                running=float(w["running_mean"] or 0.0),
+                running_s=w["running_s"],
+                generation_tokens=w["generation_tokens"],
+                prompt_tokens=w["prompt_tokens"],
+                prefix_hit_tokens=w["prefix_hit_tokens"],
+                requests_finished=w["requests_finished"],
+                kv_tokens=w["kv_tokens"],
+                kv_capacity_tokens=w["kv_capacity_tokens"],
             )
         )
-    return [
-        rightsizing.Deployment(
-            name=name,
-            gpus_per_replica=int(costs.get(name, {}).get("gpus", 1)),
-            price_per_gpu_hour=(
-                costs[name]["cost"] / costs[name]["priced_h"]
-                if name in costs and costs[name]["priced_h"] > 0
-                else None
-            ),
-            windows=ws,
+    found = []
+    for d in run(storage, "rightsizing_deployments", filters).to_pylist():
+        name = d["deployment"]
+        if name not in windows:
+            continue  # no scrape of it in the range
+        model, note = step_model(name, d["model"], d["gpu_type"], int(d["tensor_parallel"] or 1))
+        price = d["price_per_gpu_hour"]
+        found.append(
+            rightsizing.Deployment(
+                name=name,
+                gpus_per_replica=int(d["gpus_per_replica"] or 1),
+                price_per_gpu_hour=price if price is not None and price > 0 else None,
+                windows=windows[name],
+                step_model=model,
+                step_model_note=note,
+            )
         )
-        for name, ws in sorted(windows.items())
-    ]
+    return found
+
+
+def step_model(
+    deployment: str, model: str | None, gpu_type: str | None, tensor_parallel: int
+) -> tuple[rightsizing.StepModel | None, str | None]:
+    """The deployment's step-time model (models/steptime.py) and None, or None and why not.
+
+    The weight dtype is not configured anywhere: fp8 when the model or deployment name says
+    so (a "-FP8" checkpoint, the demo's ``llama-3.1-70b-fp8-h200``) or when bf16 weights
+    would not fit the replica's GPUs, else bf16."""
+    if model is None or gpu_type is None:
+        missing = " and ".join(n for n, v in (("model", model), ("GPU type", gpu_type)) if not v)
+        return None, f"its {missing} {'is' if ' and ' not in missing else 'are'} not known"
+    fp8_named = "fp8" in model.lower() or "fp8" in deployment.lower()
+    return _step_model(model, gpu_type, tensor_parallel, fp8_named)
+
+
+@functools.lru_cache(maxsize=64)
+def _step_model(
+    model: str, gpu_type: str, tensor_parallel: int, fp8_named: bool
+) -> tuple[rightsizing.StepModel | None, str | None]:
+    # cached: a predictor tabulates its step times when built (~10 ms), and the GPU page asks
+    # for the findings on every load
+    try:
+        config = get_model(model)
+        gpu = get_gpu(gpu_type)
+    except BadInputError:
+        return None, f"model {model} or GPU {gpu_type} is not in the catalogs"
+    dtype = Precision.FP8 if fp8_named else Precision.BF16
+    if dtype is Precision.BF16 and gpu.supports(Precision.FP8):
+        bf16_bytes = config.params * Precision.BF16.bytes_per_element / tensor_parallel
+        if bf16_bytes > 0.9 * gpu.memory_bytes:
+            dtype = Precision.FP8  # bf16 weights would not fit: it must run quantised
+    try:
+        predictor = build_predictor(config, gpu, dtype, tensor_parallel)
+    except BadInputError as exc:
+        return None, f"no step-time model: {exc}"
+    label = f"{config.name} {dtype} on {tensor_parallel}× {gpu.name}"
+    return rightsizing.StepModel(predictor, label), None
 
 
 def rightsizing_findings(storage: Storage, filters: Filters) -> pa.Table:

@@ -156,6 +156,24 @@ def test_the_batch_deployment_is_mostly_idle(story, storage) -> None:
     assert batch["idle_cost"] > 0.9 * batch["total_cost"]
     # the 70B next to it is busy all afternoon
     assert gpu["llama-3.1-70b-fp8-h200"]["usage_share"] > 0.9
+    # the GPU page's right-sizing finding: one replica would have met the batch's peak (the
+    # step-time model sizes the pool by its engine steps at full batch, not its busy time),
+    # while the 70B, preempting at its KV-bound peak, must never be cut
+    from ledger.efficiency import rightsizing_findings
+
+    findings = {
+        f["deployment"]: f
+        for f in rightsizing_findings(storage, page_filters(story[1])).to_pylist()
+    }
+    f = findings["llama-3.1-8b-batch-h200"]
+    assert (f["verdict"], f["basis"]) == ("cut", "compute"), f["message"]
+    assert (f["replicas_held"], f["peak_need_replicas"], f["gpus_to_cut"]) == (2, 1, 1)
+    assert f["saturated_windows"] == 0 and f["peak_compute_replicas"] < 0.8
+    assert f["saving_per_week"] == pytest.approx(4.0 * 168, rel=0.01)
+    assert (
+        "1 fewer GPU (2 → 1 replicas of 1 GPU) would have met the observed peak" in (f["message"])
+    )
+    assert findings["llama-3.1-70b-fp8-h200"]["verdict"] == "add_capacity"
 
 
 def test_self_hosted_gpus_are_a_major_share_of_the_bill(storage) -> None:

@@ -1013,7 +1013,19 @@ def test_shipped_targets_file_is_valid():
 R_SCRAPE_S = 15
 
 
-def replica_ledger(storage: Storage, scraper: Scraper, *, saturate: bool = False) -> None:
+def replica_ledger(
+    storage: Storage,
+    scraper: Scraper,
+    *,
+    saturate: bool = False,
+    model: str = MODEL,
+    scrape_s: int = R_SCRAPE_S,
+    waits: dict[int, int] | None = None,
+) -> None:
+    """The ledger above; ``model`` configures the deployment's model (one the catalog does not
+    know: no step-time model), ``scrape_s`` the scrape interval and ``waits`` requests waiting
+    on r1 at given scrapes (index: waiting). r0 generates 1,500 tokens and finishes one
+    request in each interval that ends a scrape after a busy one (counters)."""
     from inferledger.ledger_fixtures import SpanSet
     from ledger.deployments import sync_configured
     from ledger.marts import refresh
@@ -1022,26 +1034,37 @@ def replica_ledger(storage: Storage, scraper: Scraper, *, saturate: bool = False
 
     set_price(storage, "gpu", "H200", "gpu_hour", 3.60, "2026-01-01", changed_by="test",
               source="cli")  # fmt: skip
-    sync_configured(storage, [Deployment("dep", model=MODEL, gpu_type="H200", gpus_per_replica=2)])
+    sync_configured(storage, [Deployment("dep", model=model, gpu_type="H200", gpus_per_replica=2)])
     targets = {
-        r: ScrapeTarget(r, f"http://{r}:8000/metrics", R_SCRAPE_S, 10, "vllm", "dep")
+        r: ScrapeTarget(r, f"http://{r}:8000/metrics", scrape_s, 10, "vllm", "dep")
         for r in ("r0", "r1")
     }
-    dcgm = ScrapeTarget("dcgm-x", "http://x:9400/metrics", R_SCRAPE_S, 10, "dcgm", "dep")
+    dcgm = ScrapeTarget("dcgm-x", "http://x:9400/metrics", scrape_s, 10, "dcgm", "dep")
     pod_page = (
         "# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
         'DCGM_FI_DEV_GPU_UTIL{Hostname="x",gpu="0",pod="r0"} 50\n'
         'DCGM_FI_DEV_GPU_UTIL{Hostname="x",gpu="1",pod="r0"} 70\n'
     )
-    for i in range(3600 // R_SCRAPE_S):
-        ts = H12 + timedelta(seconds=i * R_SCRAPE_S)
+    generated = finished = 0
+    for i in range(3600 // scrape_s):
+        ts = H12 + timedelta(seconds=i * scrape_s)
         busy = i % 2 == 0
-        scrape(scraper, targets["r0"], ts, vllm_page(kv=0.4 if busy else 0.2, running=int(busy)))
+        if i % 2 == 1:  # the request of the busy scrape before finished
+            generated, finished = generated + 1500, finished + 1
+        scrape(
+            scraper,
+            targets["r0"],
+            ts,
+            vllm_page(
+                kv=0.4 if busy else 0.2, running=int(busy), generation=generated, stop=finished
+            ),
+        )
         # saturated: two requests wait on r1 from 12:30 for two minutes, 0.8 on average over
         # the 5-min window 12:30-12:35 (above models/rightsizing.WAITING_THRESHOLD); a single
         # scrape with a request waiting (12:40) is a burst, not saturation
         waiting = 2 if saturate and 120 <= i < 128 else 0
         waiting = 1 if saturate and i == 160 else waiting
+        waiting = (waits or {}).get(i, waiting)
         scrape(scraper, targets["r1"], ts, vllm_page(kv=0.0, waiting=waiting))
         scrape(scraper, dcgm, ts, pod_page)
     spans = SpanSet(int(H12.timestamp() * 1e9))
@@ -1116,14 +1139,15 @@ def test_replica_over_time(storage, scraper):
     assert math.isclose(first["queue_p95_s"], 0.1)
 
 
-def test_rightsizing_findings_cut(storage, scraper):
+@pytest.mark.parametrize("known", [True, False], ids=["compute", "busy"])
+def test_rightsizing_findings_cut(storage, scraper, known):
     from ledger.efficiency import rightsizing_findings
 
-    replica_ledger(storage, scraper)
+    replica_ledger(storage, scraper, model=MODEL if known else "acme/house-model-7b")
     (f,) = rightsizing_findings(storage, replica_filters()).to_pylist()
     # every 5-min window: busy replicas 0.5 (r0) + 0, KV replicas 0.3 + 0: need
     # ceil(0.5 / 0.8) = 1 of the 2 replicas held; idle 1 - 1800 / 7200 replica-seconds
-    assert f["verdict"] == "cut" and f["binding"] == "busy"
+    assert f["verdict"] == "cut"
     assert f["replicas_held"] == 2 and f["peak_need_replicas"] == 1
     assert f["gpus_per_replica"] == 2 and f["gpus_to_cut"] == 2
     assert math.isclose(f["idle_share"], 0.75)
@@ -1131,6 +1155,43 @@ def test_rightsizing_findings_cut(storage, scraper):
     assert math.isclose(f["saving_per_week"], 2 * 3.6 * 168, rel_tol=1e-9)
     assert f["windows"] == 12 and f["saturated_windows"] == 0
     assert f["message"].startswith("dep was 75% idle; 2 fewer GPUs (2 → 1 replicas")
+    if known:
+        # Llama-3.1-8B on 2 H200s (TP 2: gpus_per_replica implies it) from the counters:
+        # ~10 x 1,500 tokens a window at ~750 tokens of context cost well under a hundredth
+        # of a replica at capacity batch; the KV cache (0.3) binds
+        assert f["basis"] == "compute" and f["binding"] == "kv"
+        assert 0 < f["peak_compute_replicas"] < 0.01
+        assert f["step_model"] == "Llama-3.1-8B bf16 on 2× H200"
+        assert "replicas' worth of engine steps at full batch" in f["message"]
+    else:
+        assert f["basis"] == "busy" and f["binding"] == "busy"
+        assert f["peak_compute_replicas"] is None and f["step_model"] is None
+        assert (
+            "Sized on busy time (model acme/house-model-7b or GPU H200 is not in" in (f["message"])
+        )
+
+
+@pytest.mark.parametrize(
+    ("waits", "saturated"),
+    [({10: 2}, False), ({10: 2, 11: 2}, True), ({10: 2, 12: 2}, False)],
+    ids=["lone", "held", "two-lone"],
+)
+def test_rightsizing_judges_waiting_at_the_scrape_resolution(storage, scraper, waits, saturated):
+    """Scraped every 120 s, one sample with 2 requests waiting once stood for 120 of the
+    window 12:20-12:25's 360 covered seconds of r1: a mean of 0.67, above the 0.5 threshold,
+    so an idle deployment read "add capacity". A queue seen at one scrape only now stands for
+    at most 15 s (0.67 x 15 / 120 = 0.08); one still there at the next scrape counts whole
+    (0.67 held + 0.08 lone = 0.75)."""
+    from ledger.efficiency import rightsizing_findings
+
+    replica_ledger(storage, scraper, scrape_s=120, waits=waits)
+    (f,) = rightsizing_findings(storage, replica_filters()).to_pylist()
+    if saturated:
+        assert f["verdict"] == "add_capacity" and f["saturated_windows"] == 1
+        assert f["first_saturated"] == H12 + timedelta(minutes=20)
+    else:
+        assert f["verdict"] == "cut" and f["saturated_windows"] == 0
+        assert f["gpus_to_cut"] == 2
 
 
 def test_rightsizing_never_cuts_a_saturated_deployment(storage, scraper):

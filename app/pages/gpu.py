@@ -246,6 +246,7 @@ FINDING_COLUMNS = (
     Column("idle_share", "Idle", ".0%"),
     Column("replicas_held", "Replicas", ",.0f"),
     Column("peak_need_replicas", "Peak need", ",.0f"),
+    Column("peak_compute_replicas", "Peak compute", ",.2f"),
     Column("binding", "Set by", width=0.9),
     Column("gpus_to_cut", "GPUs to cut", ",.0f"),
     Column("saving_per_week", "Saving / week", ",.2f", "$"),
@@ -434,8 +435,10 @@ FINDINGS = chart(
     height=150,
     note=(
         "Peak need: the most replicas any 5-minute window of scraped time needed at 80 % "
-        "busy or KV usage (20 % headroom). A window where requests waited or were preempted "
-        "needed every replica: then the finding is to add capacity, never to cut."
+        "of capacity or KV usage (20 % headroom). Capacity: engine-step time at full batch "
+        "(peak compute, in replicas) where the model and GPU are known, else busy time. A "
+        "window where requests were preempted or kept waiting needed every replica: then the "
+        "finding is to add capacity, never to cut."
     ),
 )
 
