@@ -250,6 +250,24 @@ def test_incremental_refresh_touches_only_new_hours(storage):
     assert storage.scalar("select count(*) from mart_refresh_log") == 3
 
 
+def test_a_long_rebuild_goes_a_day_at_a_time(storage):
+    """More dirty hours than backfill_window_hours: longer windows (fewer fixed costs); a
+    short run keeps max_window_hours, so ingest never waits long behind a routine refresh."""
+    spans = SpanSet(HOUR0)
+    for h in range(30):
+        spans.root(spans.new_trace(), h * 3600 + 10, h * 3600 + 20, app="a", route="/r")
+    spans.store(storage)
+    refresher = Refresher(storage, max_window_hours=6, backfill_window_hours=24)
+    first = refresher.refresh()
+    assert (first.hours, first.windows) == (30, 2)  # 24 + 6, not 5 x 6
+    spans = SpanSet(HOUR0 + 40 * HOUR_NS)
+    for h in range(10):
+        spans.root(spans.new_trace(), h * 3600 + 10, h * 3600 + 20, app="a", route="/r")
+    spans.store(storage)
+    again = refresher.refresh()
+    assert (again.hours, again.windows) == (10, 2)  # 6 + 4: a routine run keeps 6-h windows
+
+
 def test_windows_split_runs_of_hours():
     h = HOUR_NS
     assert windows([0, h, 2 * h, 5 * h], 2) == [(0, 2 * h), (2 * h, 3 * h), (5 * h, 6 * h)]

@@ -383,7 +383,8 @@ def test_history_batches_store_the_rows_of_the_scrape_path(tmp_path):
     """The history's bulk path (pages read through the page template in a worker process,
     one write per window) stores exactly the rows the scrape path (prometheus_client's parser,
     Scraper.ingest_text) stores for the same pages: at 15 s for the newest history and 120 s
-    for older, whose dcgm-exporter pages average over the 120 s."""
+    for older, whose dcgm-exporter pages average over the 120 s and whose vLLM pages leave out
+    the histograms' _bucket lines (their _count and _sum stay)."""
     import multiprocessing
 
     from inferledger.core.settings import ScrapeTarget
@@ -421,7 +422,8 @@ def test_history_batches_store_the_rows_of_the_scrape_path(tmp_path):
             scraper = Scraper(parsed)
             for at in ticks(seg.start, seg.end, interval).tolist():
                 ts = datetime.fromtimestamp(at, UTC)
-                for target, text in simulated.pages(at, interval):
+                fine = interval == 15.0
+                for target, text in simulated.pages(at, interval, histogram_buckets=fine):
                     assert scraper.ingest_text(targets[target.name], text, EXPOSITION, ts).up
             for w in windows:
                 Scraper(bulk).store_scrapes(
@@ -430,8 +432,13 @@ def test_history_batches_store_the_rows_of_the_scrape_path(tmp_path):
                 )
             want, got = stored_metrics(parsed), stored_metrics(bulk)
         assert len(want[0]) == len(targets) * math.ceil(seg.duration / interval)
-        assert len(want[1]) > 100 * len(want[0])
+        assert len(want[1]) > (100 if interval == 15.0 else 40) * len(want[0])
         assert got == want
+        metrics = {row[2] for row in want[1]}
+        buckets = {m for m in metrics if m.endswith("_bucket")}
+        # older history keeps every histogram's _count and _sum but none of its buckets
+        assert (len(buckets) > 10) if interval == 15.0 else buckets == set()
+        assert "vllm:e2e_request_latency_seconds_count" in metrics
     assert from_worker.traces == []
 
 

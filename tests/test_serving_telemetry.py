@@ -683,3 +683,17 @@ def test_created_samples_can_be_left_out(result):
     assert "_created" not in without and "vllm:prompt_tokens_created" in with_created
     # ingest drops _created samples: both pages store the same rows
     assert _samples(without) == _samples(with_created)
+
+
+def test_a_page_without_histogram_buckets_keeps_everything_else(result):
+    """render(histogram_buckets=False), the demo's coarse older history: the same page less
+    every histogram's _bucket lines; _count and _sum (and every other sample) unchanged."""
+    timeline = _timeline(result, 0)
+    at = result.end_s / 2
+    full, lean = _samples(timeline.render(at)), _samples(timeline.render(at, False))
+    dropped = {key for key in full if key not in lean}
+    assert dropped and all(metric.endswith("_bucket") for metric, _ in dropped)
+    assert {key: full[key] for key in lean} == lean
+    assert _value(lean, "vllm:e2e_request_latency_seconds_count") == _value(
+        full, "vllm:e2e_request_latency_seconds_bucket", le="+Inf"
+    )

@@ -7,9 +7,12 @@ rendered as a live scrape would see it and read into ``metric_samples`` rows by
 ``ingest.prom_text.PageReader`` (rows identical to the parser's, which it falls back to), and the
 loader stores a window's scrapes in one write (``Scraper.store_scrapes``).
 
-Resolution: the newest FINE_S (3 h) of a region is scraped every 15 s like live traffic; older
-history every 120 s (``OLDER_SCRAPE_INTERVAL_S``), whose dcgm-exporter utilisation fields
-average over the 120 s (docs/demo.md says what this trades).
+Resolution: the newest FINE_S (3 h) of a region is scraped every 15 s like live traffic, with
+every series; older history every 120 s (``OLDER_SCRAPE_INTERVAL_S``), whose dcgm-exporter
+utilisation fields average over the 120 s, and without the vLLM histograms' ``_bucket`` series
+(their ``_count`` and ``_sum`` stay). No page reads those buckets (latency percentiles come from
+spans); they were three quarters of the samples. Analysts' ``metric_histogram_quantiles`` has
+no rows for that stretch. docs/demo.md says what this trades.
 
 Imported by the spawned worker processes: nothing here touches the service.
 """
@@ -108,13 +111,16 @@ def metric_windows(
     from models.workload.feed import ticks
 
     pages = simulated.scrape_pages()
-    reader = PageReader()
+    # one reader per page shape: each learns a target's page from its first (PageTemplate)
+    readers = {True: PageReader(), False: PageReader()}
     for start, end, interval in history_windows(seg, region_end):
         scrapes: list[tuple[str, float, int]] = []
         read = []
+        buckets = interval == SCRAPE_INTERVAL_S  # the fine stretch keeps every series
+        reader = readers[buckets]
         for at in ticks(start, end, interval).tolist():
             ts = datetime.fromtimestamp(at, UTC)
-            for target, text in pages.pages(at, interval):
+            for target, text in pages.pages(at, interval, histogram_buckets=buckets):
                 exposition = reader.read(target.name, text, EXPOSITION, ts)
                 scrapes.append((target.name, at, exposition.samples.num_rows))
                 read.append((target.name, exposition))

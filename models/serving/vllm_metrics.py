@@ -479,8 +479,12 @@ class ReplicaMetricsTimeline:
         values.update(zip(_FINISHED, finished, strict=True))
         return values
 
-    def render(self, at_s: float) -> str:
-        """The `/metrics` text (Prometheus text format 0.0.4) at simulated time at_s."""
+    def render(self, at_s: float, histogram_buckets: bool = True) -> str:
+        """The `/metrics` text (Prometheus text format 0.0.4) at simulated time at_s.
+
+        ``histogram_buckets=False`` leaves out the histograms' ``_bucket`` lines (their
+        ``_count`` and ``_sum`` stay): the demo's coarse older history, which no page reads
+        buckets from (inferledger/demo/batches.py says what it trades)."""
         v = self.snapshot(at_s)
         text = self._text
         out: list[str] = []
@@ -499,7 +503,11 @@ class ReplicaMetricsTimeline:
                 values = labelled[name]
             elif name in _HISTOGRAMS:
                 buckets, total = v[name]
-                values = (*buckets, buckets[-1], total)
+                if not histogram_buckets:
+                    prefixes = prefixes[-2:]  # _count, _sum
+                    values = (buckets[-1], total)
+                else:
+                    values = (*buckets, buckets[-1], total)
             else:
                 values = (v.get(name, 0),)
             out.extend([p + _num(x) + "\n" for p, x in zip(prefixes, values, strict=True)])

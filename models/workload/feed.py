@@ -133,11 +133,14 @@ class SimulatedSegment:
         return self._pages
 
     def pages(
-        self, at_unix_s: float, interval_s: float = SCRAPE_INTERVAL_S
+        self,
+        at_unix_s: float,
+        interval_s: float = SCRAPE_INTERVAL_S,
+        histogram_buckets: bool = True,
     ) -> list[tuple[TargetInfo, str]]:
         """Every target's page at at_unix_s (which must lie in the segment), scraped every
         interval_s (ScrapePages.pages)."""
-        return self.scrape_pages().pages(at_unix_s, interval_s)
+        return self.scrape_pages().pages(at_unix_s, interval_s, histogram_buckets)
 
 
 class ScrapePages:
@@ -167,12 +170,16 @@ class ScrapePages:
                 self._gpus.setdefault(d.node, []).append(_gpu_timeline(d, result.replicas[i], i))
 
     def pages(
-        self, at_unix_s: float, interval_s: float = SCRAPE_INTERVAL_S
+        self,
+        at_unix_s: float,
+        interval_s: float = SCRAPE_INTERVAL_S,
+        histogram_buckets: bool = True,
     ) -> list[tuple[TargetInfo, str]]:
         """Every target's page at at_unix_s (which must lie in the segment), as scraped every
         interval_s: dcgm-exporter's utilisation fields average over the interval, as a real
         exporter's do over its collection period (a coarser replay of history keeps the busy
-        time exact)."""
+        time exact). ``histogram_buckets=False``: vLLM pages without their histograms'
+        ``_bucket`` lines (ReplicaMetricsTimeline.render)."""
         if not self.start_unix_s <= at_unix_s < self.end_unix_s:
             raise ValueError(f"{at_unix_s} is outside the segment")
         if not interval_s > 0:
@@ -181,7 +188,7 @@ class ScrapePages:
         out = []
         for target in self._targets:
             if target.kind == "vllm":
-                out.append((target, self._vllm[target.name].render(at)))
+                out.append((target, self._vllm[target.name].render(at, histogram_buckets)))
             else:
                 node = target.name.removeprefix("dcgm-")
                 pages = [g.render(at, interval_s) for g in self._gpus[node]]
