@@ -192,7 +192,10 @@ def _plan(tx: Transaction, *, full: bool, max_scrape_gap_ns: int) -> _Plan:
     new_scrapes_mark = _received_mark(tx, "scrapes")
     if new_scrapes_mark is not None:
         # Allocation: a vLLM scrape changes the up time of its own hour and, at most the gap
-        # later, the next; and its predecessor's coverage when it ends a long silence.
+        # later, the next; and when it ends a silence longer than the gap, the coverage of
+        # every hour from its predecessor's on: the replica was expected through the silence
+        # (its lifetime runs from first to last scrape), and hours with no scrape and no
+        # request have no data of their own to make them dirty.
         rows = tx.execute(
             """
             with fresh as (
@@ -200,18 +203,16 @@ def _plan(tx: Transaction, *, full: bool, max_scrape_gap_ns: int) -> _Plan:
                 where kind = 'vllm' and ($m::timestamptz is null or received_at > $m)
             ),
             with_prev as (
-                select f.target, f.ts, p.ts as prev_ts
+                select f.target, epoch_ns(f.ts) as t_ns, epoch_ns(p.ts) as prev_ns
                 from fresh as f
                 asof left join scrapes as p on p.target = f.target and p.ts < f.ts
             )
             select distinct h from (
-                select unnest([
-                    epoch_ns(ts) // $H,
-                    (epoch_ns(ts) + $gap - 1) // $H,
-                    case when epoch_ns(ts) - epoch_ns(prev_ts) > $gap
-                        then epoch_ns(prev_ts) // $H end
-                ]) as h
+                select unnest([t_ns // $H, (t_ns + $gap - 1) // $H]) as h from with_prev
+                union all
+                select unnest(range(prev_ns // $H, t_ns // $H)) as h
                 from with_prev
+                where t_ns - prev_ns > $gap
             )
             where h is not null
             """,

@@ -262,3 +262,32 @@ def test_banner_names_stretches_with_links(partial):
     ]  # fmt: skip
     many = cov.summarize(rows, T0, T0 + timedelta(days=1))
     assert "and 3 more" in banner_text(many)
+
+
+@pytest.mark.parametrize("incremental", [True, False])
+def test_a_silent_outage_is_an_incomplete_stretch(storage, incremental):
+    """No scrape and no request for three hours (the collector down, say), then scrapes again:
+    the replica was expected all along (first to last successful scrape), so the three silent
+    hours are coverage rows with nothing scraped and the banner names them. They have no data
+    of their own, so the refresh must find them from the scrape that ends the silence."""
+    sync_configured(storage, [Deployment("dep", model="m", gpu_type="H200", gpus_per_replica=1)])
+    every = [float(t) for t in range(0, 3600, 15)]
+    store_scrapes(storage, "r0", "dep", HOUR0, every)
+    if incremental:
+        refresh(storage)
+    store_scrapes(storage, "r0", "dep", HOUR0 + 4 * HOUR_NS, every)
+    refresh(storage)
+    rows = storage.fetchall(
+        "select hour, expected_s, scraped_s from mart_coverage_hourly "
+        "where deployment = 'dep' order by hour"
+    )
+    by_hour = {h: (e, s) for h, e, s in rows}
+    # hour 1: the last scrape (at 59:45) stands for at most 300 s, 285 s of them in hour 1
+    assert by_hour[T0 + timedelta(hours=1)] == (pytest.approx(3600), pytest.approx(285))
+    for h in (2, 3):
+        assert by_hour[T0 + timedelta(hours=h)] == (pytest.approx(3600), 0)
+    c = cov.coverage(storage, whole(5))
+    assert not c.complete
+    assert [(s.deployment, s.start, s.end) for s in c.stretches] == [
+        ("dep", T0 + timedelta(hours=1), T0 + timedelta(hours=4))
+    ]
