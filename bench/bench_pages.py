@@ -36,11 +36,9 @@ CALLBACK_TARGET_MS = 300.0
 
 
 def free_port() -> int:
-    import socket
+    from inferledger.core.net import free_port as pick
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return pick()
 
 
 def _time_callbacks(server: flask.Flask, timings: list[tuple[str, float]]) -> None:

@@ -32,9 +32,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from inferledger.core.net import free_port  # noqa: E402
 from inferledger.demo import Demo, DemoOptions  # noqa: E402
 from ledger.load_status import load_status  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
 
 
 def main() -> int:

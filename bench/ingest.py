@@ -183,8 +183,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=3)
     ap.add_argument("--core", type=int, default=0, help="CPU core the server is pinned to")
     args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import free_port
+    from inferledger.core.net import free_port
 
     print(
         f"decoder {'C' if otlp_decode.ACCELERATED else 'pure Python'}; "

@@ -161,8 +161,7 @@ def add_user(db: Path) -> None:
 
 
 def free_port() -> int:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import free_port as pick
+    from inferledger.core.net import free_port as pick
 
     return pick()
 

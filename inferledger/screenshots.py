@@ -9,21 +9,15 @@ from __future__ import annotations
 
 import argparse
 import io
-import socket
 import tempfile
 from pathlib import Path
 
 from inferledger.browser_pages import screenshot_pages
 from inferledger.core.errors import InferLedgerError
+from inferledger.core.net import free_port
 from inferledger.demo import Demo, DemoOptions
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "screenshots"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_demo_ledger(db: Path, hours: float, seed: int = 1) -> None:
@@ -31,7 +25,7 @@ def build_demo_ledger(db: Path, hours: float, seed: int = 1) -> None:
     from ledger.marts import Refresher
 
     demo = Demo(
-        DemoOptions(db=db, port=_free_port(), days=hours / 24, seed=seed),
+        DemoOptions(db=db, port=free_port(), days=hours / 24, seed=seed),
         out=io.StringIO(),
         err=io.StringIO(),
     )
@@ -60,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.db:
             print(f"building a demo ledger ({args.hours:g} h of traffic)…", flush=True)
             build_demo_ledger(db, args.hours)
-        port = _free_port()
+        port = free_port()
         settings = load_settings(env={}).replace(
             db=str(db), port=port, log_level="warning", auth__enabled=False
         )

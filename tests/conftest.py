@@ -7,7 +7,6 @@ import csv
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,18 +21,13 @@ import pytest
 import requests
 
 from inferledger.browser_pages import CHROMIUM, CHROMIUM_ARGS
+from inferledger.core.net import free_port
 from inferledger.core.service_metrics import ServiceMetrics
 from inferledger.core.storage import Storage
 from ingest.scraper import Scraper
 from ledger import users
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
