@@ -517,11 +517,15 @@ def test_admin_callbacks_check_the_role_themselves(secured: LiveService) -> None
         with pytest.raises(auth.RoleRequiredError, match=r"needs the admin role.*vic \(viewer\)"):
             auth.require_role("admin")
         assert isinstance(auth.RoleRequiredError("x"), PermissionError)
-        table, options, _changes = page._show(0)
+        table, options, _changes, *pager = page._show(0)
         assert options == [] and "needs the admin role" in str(table)
+        assert pager == ["", True, True]  # nothing to page through
         flask.g.inferledger_user = users.get_user(secured.service.storage, "ann")
-        table, options, _changes = page._show(0)
+        table, options, changes, *pager = page._show(0)
         assert [o["value"] for o in options] == ["ada", "ann", "vic"]
+        # the audit rows and the pager's "Changes a–b of N" come from the same read
+        shown = str(changes).count("Tr(") - 1  # less the header row
+        assert pager == [f"Changes 1–{shown} of {shown}, newest first", True, True]
 
 
 def test_chart_csv_downloads_are_viewer_level() -> None:

@@ -185,14 +185,18 @@ def _table(head: list[str], rows: list[list[str]], empty: str) -> html.Table | h
     Output(ID("table"), "children"),
     Output(ID("target"), "options"),
     Output(ID("changes"), "children"),
+    Output(ID("page-info"), "children"),
+    Output(ID("newer"), "disabled"),
+    Output(ID("older"), "disabled"),
     Input(ID("version"), "data"),
     Input(ID("offset"), "data"),
 )
-def _show(_version: int, offset: int | None = 0) -> tuple[Any, list[dict[str, str]], Any]:
+def _show(_version: int, offset: int | None = 0) -> tuple[Any, ...]:
+    """The users, the audit trail's page and where that page stands, from one read of it."""
     try:
         context.require_role("admin")
     except RoleRequiredError as exc:
-        return html.P(str(exc), className="auth-error", role="alert"), [], None
+        return html.P(str(exc), className="auth-error", role="alert"), [], None, "", True, True
     storage = context.storage()
     people = users.list_users(storage)
     table = _table(
@@ -221,24 +225,8 @@ def _show(_version: int, offset: int | None = 0) -> tuple[Any, list[dict[str, st
         ],
         "No changes yet.",
     )
-    return table, [{"label": u.name, "value": u.name} for u in people], changes
-
-
-@callback(
-    Output(ID("page-info"), "children"),
-    Output(ID("newer"), "disabled"),
-    Output(ID("older"), "disabled"),
-    Input(ID("version"), "data"),
-    Input(ID("offset"), "data"),
-)
-def _pager(_version: int, offset: int | None) -> tuple[str, bool, bool]:
-    """Where the audit trail's page stands (the rows come with _show, read on the server)."""
-    try:
-        context.require_role("admin")
-    except RoleRequiredError:
-        return "", True, True
-    page = users.user_changes_page(context.storage(), offset or 0, PAGE_SIZE)
-    return pager_state(page.offset, len(page.changes), page.total)
+    options = [{"label": u.name, "value": u.name} for u in people]
+    return table, options, changes, *pager_state(page.offset, len(page.changes), page.total)
 
 
 @callback(
