@@ -15,11 +15,14 @@ A **deployment** is a named group of identical replicas (``scrape.targets[].depl
 The ``deployment_replicas`` view joins both: a configured value wins, a learned one fills the gap.
 
 The admin Deployments page also edits the SLO targets here (:func:`save_slo_target`,
-:func:`remove_slo_target`), shown by name and what they judge, never by ``target_id``.
+:func:`remove_slo_target`, :func:`restore_bundled_slo_targets`), shown by name and what they
+judge, never by ``target_id``; every change is recorded in their audit trail
+(``slo_target_changes``, read a page at a time by :func:`slo_changes_page`).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -28,9 +31,14 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 
-from ledger.efficiency import SloTargetsError, parse_slo_target
+from ledger.efficiency import (
+    SloTargetsError,
+    bundled_slo_targets_file,
+    load_slo_targets,
+    parse_slo_target,
+)
 from ledger.schema import deployments as deployments_table
-from ledger.schema import slo_targets
+from ledger.schema import slo_target_changes, slo_targets
 from models.deployment_config import (
     Deployment,
     DeploymentConfigError,
@@ -40,6 +48,8 @@ from models.deployment_config import (
 from models.idle_policy import IdlePolicy
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from inferledger.core.storage import Storage, Transaction
 
 
@@ -398,9 +408,31 @@ def _unix_ns(ts: datetime) -> int:
 # (ledger.efficiency.seed_slo_targets_if_empty, rows with source 'config'); after that the table
 # is the owner, and the admin Deployments page edits it here (rows with source 'ui'). Every
 # target is shown and chosen by its name and what it judges (objective, route, stage,
-# percentile), never by target_id.
+# percentile), never by target_id. Every write records its change in slo_target_changes in
+# the same transaction (who, when, the values before and after as JSON text); a refused write
+# leaves neither. The seed only runs while both tables are empty, so a removed target stays
+# removed; restore_bundled_slo_targets brings the seed file's objectives back on request.
 
 _latency_buckets = sa.table("mart_latency_buckets", sa.column("route", sa.String))
+
+#: The columns of a version that an audit row's old_values / new_values hold (JSON text), as
+#: ledger.efficiency.seed_slo_targets_if_empty writes them too.
+_SLO_VALUE_COLUMNS = (
+    "route", "app", "environment", "stage", "percentile", "target_s", "effective_from", "note",
+    "source",
+)  # fmt: skip
+
+
+def _describe_slo(
+    route: str,
+    stage: str,
+    percentile: float,
+    target_s: float,
+    app: str | None,
+    environment: str | None,
+) -> str:
+    only = "".join(f" {w}={v}" for w, v in (("app", app), ("env", environment)) if v)
+    return f"{route} {stage} p{percentile * 100:g} ≤ {target_s:g} s{only}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,8 +453,99 @@ class SloTargetRow:
 
     def describe(self) -> str:
         """'/answer ttft p95 ≤ 0.5 s' (plus the app or environment when it is limited to one)."""
-        only = "".join(f" {w}={v}" for w, v in (("app", self.app), ("env", self.environment)) if v)
-        return f"{self.route} {self.stage} p{self.percentile * 100:g} ≤ {self.target_s:g} s{only}"
+        return _describe_slo(
+            self.route, self.stage, self.percentile, self.target_s, self.app, self.environment
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SloTargetChange:
+    """One row of the SLO targets' audit trail. ``old`` and ``new`` are the version's values
+    (route, stage, percentile as a share, target_s, app, environment, effective_from as ISO
+    text, note, source; a removal's ``old`` adds ``versions``), None where the action has none:
+    no ``old`` for seeded and added, no ``new`` for removed."""
+
+    change_id: int
+    changed_at: datetime
+    changed_by: str
+    action: str  # 'seeded', 'added', 'changed' or 'removed'
+    objective: str
+    old: dict[str, Any] | None
+    new: dict[str, Any] | None
+
+    @staticmethod
+    def describe_values(values: dict[str, Any] | None) -> str:
+        """'/answer ttft p95 ≤ 0.5 s (note)', or '' for no values."""
+        if not values:
+            return ""
+        text = _describe_slo(
+            values["route"], values["stage"], values["percentile"], values["target_s"],
+            values.get("app"), values.get("environment"),
+        )  # fmt: skip
+        return text + (f" ({values['note']})" if values.get("note") else "")
+
+
+@dataclass(frozen=True, slots=True)
+class SloChangePage:
+    """One page of the SLO audit trail, newest first: ``total`` rows in all, these from
+    ``offset``."""
+
+    changes: list[SloTargetChange]
+    offset: int
+    limit: int
+    total: int
+
+
+def _slo_values(row: Any) -> dict[str, Any]:
+    """A version's audit values from a row (mapping) of slo_targets."""
+    out = {name: row[name] for name in _SLO_VALUE_COLUMNS}
+    out["effective_from"] = out["effective_from"].astimezone(UTC).isoformat()
+    return out
+
+
+def _record_slo_change(
+    tx: Transaction,
+    changed_by: str,
+    action: str,
+    objective: str,
+    old: dict[str, Any] | None,
+    new: dict[str, Any] | None,
+) -> None:
+    tx.run(
+        sa.insert(slo_target_changes).values(
+            changed_by=changed_by,
+            action=action,
+            objective=objective,
+            old_values=None if old is None else json.dumps(old, sort_keys=True),
+            new_values=None if new is None else json.dumps(new, sort_keys=True),
+        )
+    )
+
+
+def _who(changed_by: str) -> str:
+    who = str(changed_by or "").strip()
+    if not who:
+        raise SloTargetsError("changed_by: say who makes the change (the admin's name)")
+    return who
+
+
+def _latest_version(tx: Transaction, objective: str) -> tuple[int, dict[str, Any], int] | None:
+    """(target_id, audit values, number of versions) of an objective's latest version."""
+    t = slo_targets
+    stmt = (
+        sa.select(
+            t.c.target_id, *[t.c[name] for name in _SLO_VALUE_COLUMNS],
+            sa.func.count().over().label("versions"),
+        )
+        .where(t.c.objective == objective)
+        .order_by(t.c.effective_from.desc())
+        .limit(1)
+    )  # fmt: skip
+    row = tx.run(stmt).fetchone()
+    if row is None:
+        return None
+    values = _slo_values(dict(zip(("target_id", *_SLO_VALUE_COLUMNS), row, strict=False)))
+    return int(row[0]), values, int(row[-1])
 
 
 def list_slo_targets(storage: Storage) -> list[SloTargetRow]:
@@ -465,18 +588,22 @@ def save_slo_target(
     stage: str,
     percentile: float | str,
     target_s: float | str,
+    changed_by: str,
     app: str | None = None,
     environment: str | None = None,
     note: str | None = None,
     new_route: bool = False,
 ) -> str:
     """Add an objective, or change its latest version in place (the page judges at query time,
-    so a change applies to every hour that version covers); returns 'added' or 'changed'.
+    so a change applies to every hour that version covers); returns 'added', 'changed', or
+    'unchanged' when the values are those stored already (nothing written, no audit row).
 
     ``percentile`` is a percent here, 0 < p <= 100 (95 = p95), as an admin types it; the table
     holds the share. ``route`` must be a route with latency data or a target already, a LIKE
-    pattern ('/%'), or, with ``new_route``, a new route that starts with '/'. Refused with a
-    one-line SloTargetsError, nothing written, otherwise."""
+    pattern ('/%'), or, with ``new_route``, a new route that starts with '/'. ``changed_by``
+    (the signed-in admin's name) goes into the audit trail with the values before and after.
+    Refused with a one-line SloTargetsError, nothing written, otherwise."""
+    who = _who(changed_by)
     try:
         pct = _number(percentile, "percentile")
         if not 0 < pct <= 100:
@@ -515,42 +642,99 @@ def save_slo_target(
     }
 
     def op(tx: Transaction) -> str:
-        latest = tx.run(
-            sa.select(t.c.target_id)
-            .where(t.c.objective == target.objective)
-            .order_by(t.c.effective_from.desc())
-            .limit(1)
-        ).fetchone()
+        latest = _latest_version(tx, target.objective)
         if latest is None:
-            tx.run(
-                sa.insert(t).values(
-                    objective=target.objective, effective_from=target.effective_from, **values
-                )
-            )
+            row = values | {"effective_from": target.effective_from}
+            tx.run(sa.insert(t).values(objective=target.objective, **row))
+            _record_slo_change(tx, who, "added", target.objective, None, _slo_values(row))
             return "added"
-        tx.run(sa.update(t).where(t.c.target_id == latest[0]).values(**values))
+        target_id, old, _versions = latest
+        new = old | {k: v for k, v in values.items() if k != "source"}
+        if new == old:
+            return "unchanged"
+        new["source"] = "ui"
+        tx.run(sa.update(t).where(t.c.target_id == target_id).values(**values))
+        _record_slo_change(tx, who, "changed", target.objective, old, new)
         return "changed"
 
     return storage.write(op)
 
 
-def remove_slo_target(storage: Storage, objective: str) -> int:
-    """Remove an objective (every version of it); returns the versions removed. An unknown
-    name is refused, nothing written."""
+def remove_slo_target(storage: Storage, objective: str, *, changed_by: str) -> int:
+    """Remove an objective (every version of it); returns the versions removed. The audit trail
+    gets one 'removed' row with the latest version's values and how many versions went. An
+    unknown name is refused, nothing written."""
+    who = _who(changed_by)
     name = str(objective or "").strip()
     t = slo_targets
 
     def op(tx: Transaction) -> int:
-        row = tx.run(
-            sa.select(sa.func.count()).select_from(t).where(t.c.objective == name)
-        ).fetchone()
-        count = int(row[0]) if row else 0
-        if not count:
+        latest = _latest_version(tx, name)
+        if latest is None:
             raise SloTargetsError(f"no SLO target named {name!r}")
+        _target_id, old, count = latest
         tx.run(sa.delete(t).where(t.c.objective == name))
+        _record_slo_change(tx, who, "removed", name, old | {"versions": count}, None)
         return count
 
     return storage.write(op)
+
+
+def restore_bundled_slo_targets(
+    storage: Storage, *, changed_by: str, path: str | Path | None = None
+) -> int:
+    """Put back the seed file's objectives (models/data/slo_targets.yaml unless ``path``) that
+    the table lacks, every version of each, with source 'config'; returns the versions added
+    (0 when every objective of the file is there). Objectives present are left as they are.
+    Each version gets a 'seeded' audit row under ``changed_by``. The file is validated first."""
+    who = _who(changed_by)
+    targets = load_slo_targets(bundled_slo_targets_file() if path is None else path)
+    t = slo_targets
+
+    def op(tx: Transaction) -> int:
+        present = {r[0] for r in tx.run(sa.select(t.c.objective).distinct()).fetchall()}
+        missing = [x for x in targets if x.objective not in present]
+        for x in missing:
+            row = {
+                "route": x.route, "app": x.app, "environment": x.environment, "stage": x.stage,
+                "percentile": x.percentile, "target_s": x.target_s,
+                "effective_from": x.effective_from, "note": x.note, "source": "config",
+            }  # fmt: skip
+            tx.run(sa.insert(t).values(objective=x.objective, **row))
+            _record_slo_change(tx, who, "seeded", x.objective, None, _slo_values(row))
+        return len(missing)
+
+    return storage.write(op)
+
+
+def slo_changes_page(storage: Storage, offset: int = 0, limit: int = 20) -> SloChangePage:
+    """One page of the SLO targets' audit trail, newest change first, and the total number of
+    changes (the admin page pages through it on the server). An offset past the end gives the
+    last page."""
+    if limit < 1:
+        raise SloTargetsError(f"a page holds at least one change, got limit {limit}")
+    c = slo_target_changes.c
+    total_rows = storage.select(sa.select(sa.func.count()).select_from(slo_target_changes))
+    total = int(total_rows[0][0]) if total_rows else 0
+    start = max(0, min(int(offset), max(0, total - 1) // limit * limit))
+    rows = storage.select(
+        sa.select(
+            c.change_id, c.changed_at, c.changed_by, c.action, c.objective, c.old_values,
+            c.new_values,
+        )
+        .order_by(c.change_id.desc())
+        .limit(limit)
+        .offset(start)
+    )  # fmt: skip
+    changes = [
+        SloTargetChange(
+            int(change_id), changed_at, changed_by, action, objective,
+            None if old is None else json.loads(old),
+            None if new is None else json.loads(new),
+        )
+        for change_id, changed_at, changed_by, action, objective, old, new in rows
+    ]  # fmt: skip
+    return SloChangePage(changes, start, limit, total)
 
 
 def _number(value: Any, field: str) -> float:

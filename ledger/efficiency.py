@@ -29,6 +29,7 @@ chosen from the range by :func:`series_window_s`) and :func:`rightsizing_finding
 from __future__ import annotations
 
 import functools
+import json
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
 from inferledger.core.yaml_files import parse_yaml
 from ledger.queries import Filters, run
-from ledger.schema import slo_targets
+from ledger.schema import slo_target_changes, slo_targets
 from ledger.sql_steps import load_steps, run_step
 from models import rightsizing
 from models.gpu_catalog import Precision, get_gpu
@@ -332,31 +333,55 @@ def parse_slo_target(entry: Any, default_from: datetime) -> SloTarget:
 
 def seed_slo_targets_if_empty(storage: Storage, path: str | Path | None = None) -> int:
     """Load the targets file (the bundled models/data/slo_targets.yaml when ``path`` is None)
-    into an empty slo_targets table; returns the rows inserted (0 when it held any). The file
-    is validated before anything is written, and all rows go in one transaction."""
+    into an empty slo_targets table; returns the rows inserted (0 when nothing was seeded). The
+    file is validated before anything is written, and all rows go in one transaction, with one
+    ``seeded`` row per target in the audit trail (slo_target_changes, changed_by 'seed').
+
+    Seeds only while the table is empty AND the audit trail holds no change: a ledger whose
+    targets an admin removed stays empty across restarts (restore them on the admin page), and
+    a ledger that has targets but predates the trail (schema < 15) is left as it is."""
     targets = load_slo_targets(bundled_slo_targets_file() if path is None else path)
 
     def op(tx: Transaction) -> int:
-        row = tx.run(sa.select(sa.func.count()).select_from(slo_targets)).fetchone()
-        if row is not None and row[0]:
-            return 0
-        # One multi-row INSERT: the file holds a handful of targets, and Transaction.run takes
-        # one statement (SQLAlchemy's executemany form has no place in it).
+        for table in (slo_targets, slo_target_changes):
+            row = tx.run(sa.select(sa.func.count()).select_from(table)).fetchone()
+            if row is not None and row[0]:
+                return 0
+        rows = [
+            {
+                "objective": t.objective,
+                "route": t.route,
+                "app": t.app,
+                "environment": t.environment,
+                "stage": t.stage,
+                "percentile": t.percentile,
+                "target_s": t.target_s,
+                "effective_from": t.effective_from,
+                "note": t.note,
+            }
+            for t in targets
+        ]
+        # One multi-row INSERT each: the file holds a handful of targets, and Transaction.run
+        # takes one statement (SQLAlchemy's executemany form has no place in it).
+        tx.run(sa.insert(slo_targets).values(rows))
+        # The same JSON shape as ledger.deployments writes for the UI's changes.
         tx.run(
-            sa.insert(slo_targets).values(
+            sa.insert(slo_target_changes).values(
                 [
                     {
-                        "objective": t.objective,
-                        "route": t.route,
-                        "app": t.app,
-                        "environment": t.environment,
-                        "stage": t.stage,
-                        "percentile": t.percentile,
-                        "target_s": t.target_s,
-                        "effective_from": t.effective_from,
-                        "note": t.note,
+                        "changed_by": "seed",
+                        "action": "seeded",
+                        "objective": r["objective"],
+                        "new_values": json.dumps(
+                            {k: v for k, v in r.items() if k != "objective"}
+                            | {
+                                "effective_from": r["effective_from"].astimezone(UTC).isoformat(),
+                                "source": "config",
+                            },
+                            sort_keys=True,
+                        ),
                     }
-                    for t in targets
+                    for r in rows
                 ]
             )
         )

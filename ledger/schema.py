@@ -176,3 +176,17 @@ slo_targets = sa.Table(
     sa.Column("source", sa.String, nullable=False, server_default=sa.text("'config'")),
     sa.UniqueConstraint("objective", "effective_from"),
 )
+
+# The SLO targets' audit trail, append-only (migration 0015): one row per seeded, added,
+# changed or removed target, the values before and after as JSON text.
+slo_target_changes = sa.Table(
+    "slo_target_changes",
+    metadata,
+    _serial("change_id", "slo_target_changes_change_id_seq"),
+    _when("changed_at", default_now=True),
+    sa.Column("changed_by", sa.String, nullable=False),
+    sa.Column("action", sa.String, nullable=False),
+    sa.Column("objective", sa.String, nullable=False),
+    sa.Column("old_values", sa.String),
+    sa.Column("new_values", sa.String),
+)

@@ -568,7 +568,7 @@ def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
     # change: the latest version in place, now owned by the UI
     what = deps.save_slo_target(
         storage, objective="answer-ttft-p95", route="/answer", stage="ttft", percentile=99,
-        target_s="0.8", note="looser",
+        target_s="0.8", note="looser", changed_by="ann",
     )  # fmt: skip
     assert what == "changed"
     row = storage.fetchall(
@@ -579,11 +579,11 @@ def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
     # add: a route with a target already, a LIKE pattern, or a confirmed new route
     assert deps.save_slo_target(
         storage, objective="summarize-ttft-p90", route="/summarize", stage="ttft",
-        percentile=90, target_s=1,
+        percentile=90, target_s=1, changed_by="ann",
     ) == "added"  # fmt: skip
     assert deps.save_slo_target(
         storage, objective="new-e2e", route="/translate", stage="e2e", percentile=50,
-        target_s=3, new_route=True,
+        target_s=3, new_route=True, changed_by="ann",
     ) == "added"  # fmt: skip
     listed = {t.objective: t for t in deps.list_slo_targets(storage)}
     assert listed["new-e2e"].describe() == "/translate e2e p50 ≤ 3 s"
@@ -602,14 +602,14 @@ def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
     ]:
         args: dict[str, Any] = {
             "objective": "x", "route": "/answer", "stage": "e2e", "percentile": 95,
-            "target_s": 1,
+            "target_s": 1, "changed_by": "ann",
         } | fields  # fmt: skip
         with pytest.raises(SloTargetsError, match=message):
             deps.save_slo_target(storage, **args)
     assert storage.fetchall("select * from slo_targets order by target_id") == before
-    assert deps.remove_slo_target(storage, "new-e2e") == 1
+    assert deps.remove_slo_target(storage, "new-e2e", changed_by="ann") == 1
     with pytest.raises(SloTargetsError, match="no SLO target named 'new-e2e'"):
-        deps.remove_slo_target(storage, "new-e2e")
+        deps.remove_slo_target(storage, "new-e2e", changed_by="ann")
     assert "new-e2e" not in {t.objective for t in deps.list_slo_targets(storage)}
     # the seed file fills an empty table only: an edited table is not re-seeded
     assert seed_slo_targets_if_empty(storage) == 0

@@ -175,6 +175,16 @@ def test_admin_edits_an_slo_target_shown_by_name(secured: LiveService, tab: Any)
     assert storage.fetchall(
         "select percentile, target_s, source from slo_targets where objective = 'answer-ttft-p95'"
     ) == [(0.99, 0.8, "ui")]
+    # the audit trail: the change on top, by the signed-in admin, before and after
+    seeded = storage.scalar("select count(*) from slo_target_changes where action = 'seeded'")
+    changes = "#admin-deployments-slo-changes"
+    page.wait_for_selector(f"{changes} >> text=/answer ttft p99 ≤ 0.8 s")
+    newest = page.inner_text(f"{changes} tbody tr:first-child")
+    assert "ann" in newest and "changed" in newest and "answer-ttft-p95" in newest
+    assert "/answer ttft p95 ≤ 0.5 s" in newest
+    expect(page.locator("#admin-deployments-slo-page-info")).to_have_text(
+        f"Changes 1–{seeded + 1} of {seeded + 1}, newest first"
+    )
     # a new objective on an unknown route: refused until confirmed as new
     page.fill("#admin-deployments-slo-objective", "translate-e2e-p90")
     page.fill("#admin-deployments-slo-route", "/translate")
@@ -188,6 +198,35 @@ def test_admin_edits_an_slo_target_shown_by_name(secured: LiveService, tab: Any)
     page.click("#admin-deployments-slo-remove")
     page.wait_for_selector("text=Removed SLO target translate-e2e-p90.")
     assert storage.scalar("select count(*) from slo_targets where route = '/translate'") == 0
+    # the refused save wrote no audit row: added and removed, nothing else
+    expect(page.locator("#admin-deployments-slo-page-info")).to_have_text(
+        f"Changes 1–{seeded + 3} of {seeded + 3}, newest first"
+    )
+    rows = page.locator(f"{changes} tbody tr")
+    assert "removed" in rows.nth(0).inner_text() and "added" in rows.nth(1).inner_text()
+
+
+def test_removed_slo_targets_say_so_and_can_be_restored(secured: LiveService, tab: Any) -> None:
+    from ledger import deployments
+
+    storage = secured.service.storage
+    for target in deployments.list_slo_targets(storage):
+        deployments.remove_slo_target(storage, target.objective, changed_by="bob")
+    page, _ = tab
+    sign_in(page, secured.url, "ann", PASSWORDS["ann"], "/admin/deployments")
+    page.wait_for_selector("#admin-deployments-slo-table >> text=they were removed")
+    restore = page.locator("#admin-deployments-slo-restore")
+    expect(restore).to_be_visible()
+    page.wait_for_selector("#admin-deployments-slo-changes >> text=bob")
+    restore.click()
+    page.wait_for_selector("text=Restored")
+    page.wait_for_selector("#admin-deployments-slo-table >> text=/answer ttft p95 ≤ 0.5 s")
+    expect(restore).to_be_hidden()
+    newest = page.inner_text("#admin-deployments-slo-changes tbody tr:first-child")
+    assert "ann" in newest and "seeded" in newest
+    assert storage.scalar(
+        "select count(*) from slo_target_changes where action = 'seeded' and changed_by = 'ann'"
+    ) == storage.scalar("select count(*) from slo_targets")
 
 
 def test_a_viewer_cannot_end_a_price_or_edit_an_slo_target(secured: LiveService) -> None:

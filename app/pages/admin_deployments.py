@@ -5,12 +5,15 @@ docs/deployments.md). A change re-prices every hour at the ledger's next refresh
 
 The SLO targets section lists each latency objective by name and what it judges (route, stage,
 percentile, target) and lets an admin add, change and remove one (ledger.deployments; the seed
-file models/data/slo_targets.yaml only fills an empty table). The Latency page reads targets at
-query time, so an edit shows there at once.
+file models/data/slo_targets.yaml only fills a new ledger's table, so removed targets stay
+removed, and the bundled ones come back only with "Restore the bundled targets"). Below it, the
+targets' audit trail, SLO_PAGE_SIZE rows at a time with the shared pager (read on the server).
+The Latency page reads targets at query time, so an edit shows there at once.
 """
 
 from __future__ import annotations
 
+from datetime import UTC
 from typing import Any
 
 import dash
@@ -18,7 +21,7 @@ from dash import Input, Output, State, callback, ctx, dcc, html
 
 from app import context
 from app.auth import RoleRequiredError
-from app.components import ids
+from app.components import ids, pager, pager_state, turned_offset
 from app.filters import filters_from
 from ledger import deployments
 from ledger.efficiency import LATENCY_STAGES, SloTargetsError
@@ -36,6 +39,9 @@ dash.register_page(
 )
 
 ID = ids("admin-deployments")
+#: The SLO audit trail's pager ids: admin-deployments-slo-newer, -slo-page-info, -slo-older.
+SLO_ID = ids("admin-deployments-slo")
+SLO_PAGE_SIZE = 20
 
 
 def layout(**_kwargs: object) -> html.Div:
@@ -80,6 +86,7 @@ def layout(**_kwargs: object) -> html.Div:
             ),
             _slo_section(),
             dcc.Store(id=ID("version"), data=0),
+            dcc.Store(id=ID("slo-offset"), data=0),
         ],
         className="admin-page",
     )
@@ -99,11 +106,15 @@ def _slo_section() -> html.Section:
             html.P(
                 "Latency objectives the Latency page judges each hour against. Pick one to "
                 "change or remove it, or type a new name to add one. The seed file "
-                "(models/data/slo_targets.yaml) only fills an empty table: after an edit, this "
-                "page owns the targets.",
+                "(models/data/slo_targets.yaml) only fills a new ledger: after that this page "
+                "owns the targets, and a removed target stays removed across restarts.",
                 className="admin-intro",
             ),
             html.Div(id=ID("slo-table"), className="admin-table-wrap"),
+            html.Button(
+                "Restore the bundled targets", id=ID("slo-restore"), n_clicks=0,
+                className="button", hidden=True,
+            ),
             html.Div(
                 [
                     _slo_field(
@@ -151,25 +162,45 @@ def _slo_section() -> html.Section:
             ),
             html.Button("Save target", id=ID("slo-save"), n_clicks=0, className="button"),
             html.Button("Remove target", id=ID("slo-remove"), n_clicks=0, className="button"),
+            html.H3("Changes"),
+            html.Div(id=ID("slo-changes"), className="admin-table-wrap"),
+            pager(SLO_ID),
         ],
         className="card admin-card",
         **{"aria-label": "SLO targets"},
     )  # fmt: skip
 
 
+def _who(admin: Any) -> str:
+    """The audit trail's changed_by: the signed-in admin (require_role's user), as on the
+    Prices page."""
+    return admin.name if admin else "anonymous (sign-in off)"
+
+
 @callback(
     Output(ID("slo-table"), "children"),
     Output(ID("slo-pick"), "options"),
+    Output(ID("slo-restore"), "hidden"),
     Input(ID("version"), "data"),
 )
-def _slo_show(_version: int) -> tuple[Any, list[dict[str, str]]]:
+def _slo_show(_version: int) -> tuple[Any, list[dict[str, str]], bool]:
     try:
         context.require_role("admin")
     except RoleRequiredError as exc:
-        return html.P(str(exc), className="auth-error", role="alert"), []
-    targets = deployments.list_slo_targets(context.storage())
+        return html.P(str(exc), className="auth-error", role="alert"), [], True
+    storage = context.storage()
+    targets = deployments.list_slo_targets(storage)
     if not targets:
-        return html.P("No SLO targets: add one below.", className="empty-state"), []
+        removed = deployments.slo_changes_page(storage, 0, 1).total > 0
+        text = (
+            "No SLO targets: they were removed (see the changes below), and stay removed "
+            "across restarts. Add one below, or restore the bundled targets "
+            "(models/data/slo_targets.yaml)."
+            if removed
+            else "No SLO targets: add one below, or restore the bundled targets "
+            "(models/data/slo_targets.yaml)."
+        )
+        return html.P(text, className="empty-state"), [], False
     head = ["Objective", "Judges", "App", "Environment", "Note", "Entered in"]
     body = [
         html.Tr(
@@ -189,7 +220,80 @@ def _slo_show(_version: int) -> tuple[Any, list[dict[str, str]]]:
         className="table admin-table",
     )
     options = [{"label": f"{t.objective}: {t.describe()}", "value": t.objective} for t in targets]
-    return table, options
+    return table, options, True
+
+
+@callback(
+    Output(ID("slo-changes"), "children"),
+    Output(SLO_ID("page-info"), "children"),
+    Output(SLO_ID("newer"), "disabled"),
+    Output(SLO_ID("older"), "disabled"),
+    Input(ID("version"), "data"),
+    Input(ID("slo-offset"), "data"),
+)
+def _slo_changes(_version: int, offset: int | None) -> tuple[Any, str, bool, bool]:
+    """One page of the SLO targets' audit trail, newest first, read on the server."""
+    try:
+        context.require_role("admin")
+    except RoleRequiredError as exc:
+        return html.P(str(exc), className="auth-error", role="alert"), "", True, True
+    page = deployments.slo_changes_page(context.storage(), offset or 0, SLO_PAGE_SIZE)
+    if not page.changes:
+        return html.P("No changes yet.", className="empty-state"), "", True, True
+    describe = deployments.SloTargetChange.describe_values
+    head = ["When", "By", "Action", "Objective", "Before", "After"]
+    body = [
+        html.Tr(
+            [
+                html.Td(f"{c.changed_at.astimezone(UTC):%Y-%m-%d %H:%M} UTC"),
+                html.Td(c.changed_by),
+                html.Td(c.action),
+                html.Td(c.objective),
+                html.Td(describe(c.old)),
+                html.Td(describe(c.new)),
+            ]
+        )
+        for c in page.changes
+    ]
+    table = html.Table(
+        [html.Thead(html.Tr([html.Th(h, scope="col") for h in head])), html.Tbody(body)],
+        className="table admin-table",
+    )
+    return table, *pager_state(page.offset, len(page.changes), page.total)
+
+
+@callback(
+    Output(ID("slo-offset"), "data"),
+    Input(SLO_ID("newer"), "n_clicks"),
+    Input(SLO_ID("older"), "n_clicks"),
+    State(ID("slo-offset"), "data"),
+    prevent_initial_call=True,
+)
+def _slo_turn(_newer: int, _older: int, offset: int | None) -> int:
+    return turned_offset(ctx.triggered_id == SLO_ID("older"), offset, SLO_PAGE_SIZE)
+
+
+@callback(
+    Output(ID("message"), "children", allow_duplicate=True),
+    Output(ID("version"), "data", allow_duplicate=True),
+    Output(ID("slo-offset"), "data", allow_duplicate=True),
+    Input(ID("slo-restore"), "n_clicks"),
+    State(ID("version"), "data"),
+    prevent_initial_call=True,
+)
+def _slo_restore(_clicks: int, version: int) -> tuple[Any, int, Any]:
+    """Put the seed file's objectives back; the audit trail goes back to its newest page."""
+    try:
+        admin = context.require_role("admin")
+        added = deployments.restore_bundled_slo_targets(context.storage(), changed_by=_who(admin))
+    except (RoleRequiredError, SloTargetsError) as exc:
+        return html.P(str(exc), className="auth-error", role="alert"), version, dash.no_update
+    done = (
+        f"Restored {added} bundled SLO target version{'s' if added != 1 else ''}."
+        if added
+        else "Every bundled SLO target is there already."
+    )
+    return html.P(done, className="admin-ok", role="status"), (version or 0) + 1, 0
 
 
 @callback(
@@ -218,6 +322,7 @@ def _slo_pick(objective: str | None) -> tuple[Any, ...]:
 @callback(
     Output(ID("message"), "children", allow_duplicate=True),
     Output(ID("version"), "data", allow_duplicate=True),
+    Output(ID("slo-offset"), "data", allow_duplicate=True),
     Input(ID("slo-save"), "n_clicks"),
     Input(ID("slo-remove"), "n_clicks"),
     State(ID("slo-objective"), "value"),
@@ -230,14 +335,15 @@ def _slo_pick(objective: str | None) -> tuple[Any, ...]:
     State(ID("version"), "data"),
     prevent_initial_call=True,
 )
-def _slo_change(_save: int, _remove: int, *form: Any) -> tuple[Any, int]:
+def _slo_change(_save: int, _remove: int, *form: Any) -> tuple[Any, int, Any]:
+    """Save or remove a target; the audit trail goes back to its newest page to show it."""
     objective, route, stage, percentile, target_s, note, new_route, version = form
     name = (objective or "").strip()
     try:
-        context.require_role("admin")
+        who = _who(context.require_role("admin"))
         storage = context.storage()
         if ctx.triggered_id == ID("slo-remove"):
-            deployments.remove_slo_target(storage, name)
+            deployments.remove_slo_target(storage, name, changed_by=who)
             done = f"Removed SLO target {name}."
         else:
             what = deployments.save_slo_target(
@@ -249,12 +355,13 @@ def _slo_change(_save: int, _remove: int, *form: Any) -> tuple[Any, int]:
                 target_s=target_s,
                 note=note,
                 new_route="new" in (new_route or []),
+                changed_by=who,
             )
             [saved] = [t for t in deployments.list_slo_targets(storage) if t.objective == name]
             done = f"SLO target {name} {what}: {saved.describe()}."
     except (RoleRequiredError, SloTargetsError) as exc:
-        return html.P(str(exc), className="auth-error", role="alert"), version
-    return html.P(done, className="admin-ok", role="status"), (version or 0) + 1
+        return html.P(str(exc), className="auth-error", role="alert"), version, dash.no_update
+    return html.P(done, className="admin-ok", role="status"), (version or 0) + 1, 0
 
 
 @callback(
