@@ -228,21 +228,34 @@ def zoom_to_range(graph_id: str) -> None:
         return state.query_string(), "custom", start[:10], end[:10]
 
 
-def choice_in_url(control_id: str, key: str, default: str) -> None:
+def choice_in_url(
+    control_id: str, key: str, default: str | None, *, set_by_page: str | None = None
+) -> None:
     """Keep a page-level control (a radio, a dropdown) in the URL as `key` (one of
     app.filters.PAGE_KEYS): picking a value writes the query string, so a reload, the
     navigation and "Copy link" keep it. The page builds the control with the URL's value
     (its layout gets the query as keyword arguments) and its callbacks read the choice from
     the URL (:meth:`app.filters.UrlState.choice`), not from the control. The default is left
-    out of the URL."""
+    out of the URL.
+
+    A control whose choices come from the data (Unit economics' workflows) gets its value from
+    a page callback instead: the URL's choice when the data has it, else a fallback. That
+    callback also writes the value it set into the dcc.Store `set_by_page`; a value equal to
+    it is the page's, not a user's pick, and stays out of the URL (a link keeps asking for
+    what it asked for, and the page keeps saying why it shows something else)."""
+    states = [State(URL_ID, "search")]
+    if set_by_page is not None:
+        states.append(State(set_by_page, "data"))
 
     @callback(
         Output(URL_ID, "search", allow_duplicate=True),
         Input(control_id, "value"),
-        State(URL_ID, "search"),
+        *states,
         prevent_initial_call=True,
     )
-    def _choice_to_url(value: str | None, search: str | None) -> str:
+    def _choice_to_url(value: str | None, search: str | None, *page_set: str | None) -> str:
+        if page_set and value == page_set[0]:
+            raise PreventUpdate  # the page set it, from the URL or as its fallback
         state = parse(search)
         wanted = None if value in (None, default) else value
         if state.page.get(key) == wanted:

@@ -8,12 +8,13 @@ Keys: range (24h, 7d, 30d; the calendar presets today, yesterday, wtd, lastweek,
 lastmonth, in UTC with weeks starting on Monday; custom), start/end (custom; ISO dates or
 datetimes, UTC; a date as end includes that day), env, team, app, route, model, idle
 (separate, usage, even, configured), refresh (auto-refresh every N seconds), and the
-page-level choices of :data:`PAGE_KEYS` (e.g. Spend's breakdown `by`). Anything unknown or
-malformed falls back to the default and is reported, never a crash. A custom range is clamped
-in one place, :func:`clamp_window` (issue #17: an end in year 9999 overflowed and failed every
-chart): no earlier than :data:`EARLIEST`, no later than a day past the current hour, at most
-:data:`MAX_SPAN` long. :meth:`UrlState.absolute` turns any range into the custom range it
-stands for now, so a link copied on Monday shows the same numbers on Friday (issue #10).
+page-level choices of :data:`PAGE_KEYS` (Spend's breakdown `by`, Unit economics'
+`models_of`). Anything unknown or malformed falls back to the default and is reported, never a
+crash. A custom range is clamped in one place, :func:`clamp_window` (issue #17: an end in
+year 9999 overflowed and failed every chart): no earlier than :data:`EARLIEST`, no later than
+a day past the current hour, at most :data:`MAX_SPAN` long. :meth:`UrlState.absolute` turns
+any range into the custom range it stands for now, so a link copied on Monday shows the same
+numbers on Friday (issue #10).
 """
 
 from __future__ import annotations
@@ -57,10 +58,15 @@ FILTER_FIELDS = {key: field for field, key in page_data.FILTER_KEYS.items()}
 FILTER_KEYS = tuple(FILTER_FIELDS)
 #: Page-level choices kept in the URL beside the filters, so a reload, the navigation and a
 #: copied link keep them (issue #10): Spend's breakdown dimension and Overview's movers are
-#: both `by`. The page that reads one validates it (:meth:`UrlState.choice`): a value it does
-#: not offer (another page's) falls back to its default without a notice.
-PAGE_KEYS = ("by",)
-_PAGE_VALUE = re.compile(r"[A-Za-z0-9_.:/-]{1,64}")
+#: both `by`; `models_of` is the workflow whose models Unit economics sets side by side (not
+#: `workflow`: that names a dimension a global filter may take one day, and a filter narrows
+#: every chart while this picks one card's subject). The page that reads one validates it
+#: (:meth:`UrlState.choice`): a value it does not offer (another page's) falls back to its
+#: default.
+PAGE_KEYS = ("by", "models_of")
+#: What a page-level value may hold: a dimension, or a name from the data such as a workflow
+#: (words in any script, spaces, and . : / @ + -); anything else is dropped with a notice.
+_PAGE_VALUE = re.compile(r"[\w .:/@+-]{1,128}")
 #: Auto-refresh: the interval the filter bar's toggle sets, and the bounds a URL may ask for.
 REFRESH_SECONDS = 60
 REFRESH_BOUNDS = (10, 3600)

@@ -5,7 +5,8 @@ their filters from `url.search`, so every view is a shareable link and reloading
 the same controls (the layout is built per request from the query string). Page-level choices
 (app.filters.PAGE_KEYS) ride in the same query string and survive filter changes. "Copy link"
 copies the view with its range made absolute; the auto-refresh toggle (`refresh=60`) drives a
-dcc.Interval that bumps the tick store (components.TICK_ID) chart callbacks listen to.
+dcc.Interval that bumps the tick store (components.TICK_ID) that every callback showing data
+(charts, KPI tiles, tables, the request explorer's totals) listens to.
 """
 
 from __future__ import annotations

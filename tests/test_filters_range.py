@@ -13,6 +13,7 @@ import requests
 
 from app.filters import (
     EARLIEST,
+    FILTER_KEYS,
     MAX_SPAN,
     PRESETS,
     clamp_window,
@@ -262,6 +263,20 @@ def test_page_choices_and_refresh_ride_in_the_url() -> None:
     )
     assert parse("?refresh=off", NOW).refresh is None
     assert parse("?refresh=0", NOW).problems == ()
+
+
+def test_the_models_cards_workflow_has_its_own_key_beside_by() -> None:
+    """Unit economics' workflow is `models_of`, not `workflow` (a global filter's name one
+    day); it rides beside Spend's `by`, and names from the data (spaces, other scripts) pass."""
+    state = parse("?range=24h&by=route&models_of=answer-ticket", NOW)
+    assert state.page == {"by": "route", "models_of": "answer-ticket"}
+    assert "workflow" not in FILTER_KEYS and "models_of" not in FILTER_KEYS
+    picked = state.with_choice("models_of", "Réclamations client")
+    again = parse(picked.query_string(), NOW)
+    assert again.page["models_of"] == "Réclamations client" and again.problems == ()
+    assert parse(state.with_choice("models_of", None).query_string(), NOW).page == {"by": "route"}
+    bad = parse("?models_of=%3Cb%3E", NOW)
+    assert bad.page == {} and bad.problems == ("bad models_of '<b>': using the page's default",)
 
 
 # ---------------------------------------------------------------- end to end

@@ -8,9 +8,10 @@ import math
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 
 from app.components import money
-from tests.conftest import export_rows, whole_days
+from tests.conftest import choose, export_rows, whole_days
 
 pytestmark = pytest.mark.browser
 
@@ -98,3 +99,45 @@ def test_csv_is_the_charted_numbers(ledger_server, ledger_end, page, tmp_path: P
     assert [r["key"] for r in rows] == trace["y"]
     assert [float(r["cost_per_accepted"]) for r in rows] == trace["x"]
     assert {"tasks", "accepted_outcomes", "total_cost", "waste_cost"} <= set(rows[0])
+
+
+# ------------------------------------------------------------------ models card's workflow
+def workflow_shown(page) -> str:
+    return page.locator("#economics-workflow-value").inner_text()
+
+
+def test_the_models_cards_workflow_rides_in_the_url(ledger_server, ledger_end, page) -> None:
+    _, _, query = whole_days(ledger_end)
+    page.goto(ledger_server.url + "/economics" + query)
+    page.wait_for_selector("#economics-models-table")
+    busiest = workflow_shown(page)
+    assert busiest and "models_of" not in page.url  # the page's own default stays out
+    choose(page, "economics-workflow", "extract-invoice")
+    assert busiest != "extract-invoice"
+    page.wait_for_function("() => location.search.includes('models_of=extract-invoice')")
+    assert "range=custom" in page.url  # the filters are kept beside it
+    # a reload (or the copied link) shows the same workflow and its models
+    page.reload()
+    page.wait_for_selector("#economics-models-table")
+    expect(page.locator("#economics-workflow-value")).to_have_text("extract-invoice")
+    assert page.locator("#economics-workflow-note").inner_text() == ""
+    models = ledger_server.storage.scalar(  # the range holds the whole demo ledger
+        "select count(distinct coalesce(first_model, '')) from task_outcomes "
+        "where workflow = 'extract-invoice'"
+    )
+    expect(page.locator("#economics-models-table tbody tr")).to_have_count(models)
+
+    # a workflow the range does not hold: the busiest instead, said plainly; no error
+    page.goto(ledger_server.url + "/economics" + query + "&models_of=no-such-flow")
+    page.wait_for_selector("#economics-models-table")
+    expect(page.locator("#economics-workflow-value")).to_have_text(busiest)
+    expect(page.locator("#economics-workflow-note")).to_have_text(
+        f"Workflow 'no-such-flow' has no tasks in this range: showing {busiest}."
+    )
+    page.wait_for_timeout(500)
+    assert "models_of=no-such-flow" in page.url  # the link still says what it asked for
+    assert page.locator("#filter-problems").inner_text() == ""
+    # picking one replaces it
+    choose(page, "economics-workflow", "chat")
+    page.wait_for_function("() => location.search.includes('models_of=chat')")
+    expect(page.locator("#economics-workflow-note")).to_have_text("")

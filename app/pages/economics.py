@@ -5,7 +5,12 @@ the false economies (requests got cheaper, accepted outcomes dearer).
 Numbers: sql/queries/economics_*.sql over task_outcomes and false_economy_findings
 (definitions: docs/unit-economics.md). Tasks count in the range they started in; the page says
 how that total differs from Spend's for the same range (economics_reconcile.sql), and compares
-the models of one workflow side by side (economics_models.sql).
+the models of one workflow side by side (economics_models.sql). That workflow is a page-level
+choice kept in the URL (`models_of=answer-ticket`, app.filters.PAGE_KEYS): a reload and a
+copied link keep it; one with no tasks in the range falls back to the busiest, and says so.
+
+Auto-refresh: the tiles, the findings and the models card re-read the ledger on every tick of
+the shell's auto-refresh, like the charts.
 """
 
 from __future__ import annotations
@@ -16,9 +21,9 @@ import dash
 from dash import Input, Output, State, callback, dcc, html
 
 from app import context, palette
-from app.components import URL_ID, chart, ids, money, number, stat
+from app.components import TICK_ID, URL_ID, chart, choice_in_url, ids, money, number, stat
 from app.figures import SHARE, Axis, FigureFn, Series, hbars_chart, series_of
-from app.filters import filters_from
+from app.filters import filters_from, parse
 from ledger import page_data
 from ledger.queries import Filters, run
 
@@ -237,8 +242,9 @@ def _reconcile_text(r: dict[str, Any]) -> str:
     Output(ID("stats"), "children"),
     Output(ID("reconcile"), "children"),
     Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),  # auto-refresh: tasks and outcomes arrive as the charts move
 )
-def _stats(search: str | None) -> tuple[list[html.Div], str]:
+def _stats(search: str | None, _tick: int | None) -> tuple[list[html.Div], str]:
     filters = filters_from(search)
     storage = context.storage()
     totals = run(storage, "economics_totals", filters).to_pylist()[0]
@@ -273,8 +279,9 @@ def _percent(share: float | None) -> str:
     Output(ID("findings"), "children"),
     Output(ID("findings-scope"), "children"),
     Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),  # auto-refresh: a refresh can add or settle a finding
 )
-def _findings(search: str | None) -> tuple[Any, str]:
+def _findings(search: str | None, _tick: int | None) -> tuple[Any, str]:
     filters = filters_from(search)
     rows = run(context.storage(), "economics_false_economy", filters).to_pylist()
     scope = page_data.scope_note(
@@ -319,7 +326,13 @@ MODEL_COLUMNS = (
 )
 
 
+#: The models card's workflow: a page-level URL key (not `workflow`, see app.filters.PAGE_KEYS).
+MODELS_KEY = "models_of"
+
+
 def _models_card() -> html.Section:
+    # The dropdown's options and value come from _workflows (the data's workflows, the URL's
+    # choice), so the layout holds no data; the store says which value the page itself set.
     return html.Section(
         [
             html.Div(
@@ -335,6 +348,8 @@ def _models_card() -> html.Section:
             ),
             html.Label("Workflow", htmlFor=ID("workflow"), className="filter-label"),
             dcc.Dropdown(id=ID("workflow"), clearable=False, className="filter-dropdown"),
+            html.P(id=ID("workflow-note"), className="card-note", role="status"),
+            dcc.Store(id=ID("workflow-set")),
             html.Div(id=ID("models"), role="status"),
         ],
         className="card",
@@ -342,19 +357,48 @@ def _models_card() -> html.Section:
     )
 
 
+def pick_workflow(
+    names: list[str], wanted: str | None, shown: str | None
+) -> tuple[str | None, str]:
+    """The workflow the models card shows, and a note when it is not the one asked for.
+    `names`: the range's workflows, busiest first; `wanted`: the URL's choice; `shown`: what
+    the card shows now. The URL's choice when the range has it; else the one shown, so an
+    auto-refresh tick never swaps the card's subject as the ranking shifts; else the busiest.
+    A choice the range lacks (a typo, an old link, a narrower range) falls back and says so."""
+    if wanted in names:
+        return wanted, ""
+    fallback = shown if shown in names else (names[0] if names else None)
+    if not wanted:
+        return fallback, ""
+    if fallback is None:
+        return None, f"Workflow {wanted!r} has no tasks in this range."
+    return fallback, f"Workflow {wanted!r} has no tasks in this range: showing {fallback}."
+
+
 @callback(
     Output(ID("workflow"), "options"),
     Output(ID("workflow"), "value"),
+    Output(ID("workflow-set"), "data"),
+    Output(ID("workflow-note"), "children"),
     Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),  # auto-refresh: a new workflow shows up in the choices
     State(ID("workflow"), "value"),
 )
-def _workflows(search: str | None, chosen: str | None) -> tuple[list[str], str | None]:
+def _workflows(
+    search: str | None, _tick: int | None, shown: str | None
+) -> tuple[list[str], str | None, str | None, str]:
     rows = run(context.storage(), "economics_by_key", filters_from(search), dim="workflow")
     ranked = sorted(
         (r for r in rows.to_pylist() if r["key"] != "(none)"), key=lambda r: -r["tasks"]
     )
     names = [r["key"] for r in ranked]
-    return names, chosen if chosen in names else (names[0] if names else None)
+    workflow, note = pick_workflow(names, parse(search).page.get(MODELS_KEY), shown)
+    return names, workflow, workflow, note
+
+
+# A pick writes `models_of` into the URL; the value _workflows set (the URL's own, or its
+# fallback) does not: no static default, the busiest workflow depends on the range.
+choice_in_url(ID("workflow"), MODELS_KEY, None, set_by_page=ID("workflow-set"))
 
 
 @callback(
@@ -363,6 +407,9 @@ def _workflows(search: str | None, chosen: str | None) -> tuple[list[str], str |
     State(URL_ID, "search"),
 )
 def _models(workflow: str | None, search: str | None) -> Any:
+    # Auto-refresh reaches this too, without a tick Input of its own: _workflows answers every
+    # tick with the value, and Dash re-runs the callbacks of every prop in a response (changed
+    # or not), after it: one query per tick, not two.
     if not workflow:
         return html.P("No workflow has tasks in this range.", className="empty-state")
     rows = run(

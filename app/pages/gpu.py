@@ -487,6 +487,7 @@ def _findings_list(search: str | None, _tick: int | None) -> list[html.Li]:
     Input(URL_ID, "search"),
 )
 def _scope_notes(search: str | None) -> tuple[str, str]:
+    # No auto-refresh tick: which filters a chart applies follows from the URL, not the data.
     filters = filters_from(search)
     return (
         page_data.scope_note(

@@ -252,6 +252,7 @@ def layout(**_kwargs: object) -> html.Div:
     Input(URL_ID, "search"),
 )
 def _scope_notes(search: str | None) -> tuple[str, str]:
+    # No auto-refresh tick: which filters a chart applies follows from the URL, not the data.
     filters = filters_from(search)
     return (
         page_data.scope_note(

@@ -292,8 +292,9 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
     Output(_id("kpis"), "children"),
     Output(_id("subtitle"), "children"),
     Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),  # auto-refresh: the tiles move with the charts
 )
-def _kpis(search: str | None) -> tuple[list[html.Div], str]:
+def _kpis(search: str | None, _tick: int | None) -> tuple[list[html.Div], str]:
     filters = filters_from(search)
     k = ov.overview_kpis(context.storage(), filters)
     label = _range_label(search, filters)
@@ -383,8 +384,12 @@ choice_in_url(_id("movers-dim"), MOVERS_KEY, MOVERS_DEFAULT)
 
 
 # --------------------------------------------------------------------------- data panel
-@callback(Output(_id("data"), "children"), Input(URL_ID, "search"))
-def _data_panel(search: str | None) -> Any:
+@callback(
+    Output(_id("data"), "children"),
+    Input(URL_ID, "search"),
+    Input(TICK_ID, "data"),  # auto-refresh: span count, newest span, last ledger refresh
+)
+def _data_panel(search: str | None, _tick: int | None) -> Any:
     d = ov.data_status(context.storage(), filters_from(search))
     if not d["spans"]:
         return html.P(

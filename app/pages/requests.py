@@ -25,7 +25,7 @@ import dash_ag_grid as dag
 from dash import Input, Output, State, callback, clientside_callback, dcc, html
 
 from app import context
-from app.components import URL_ID, ids, money, why_empty
+from app.components import TICK_ID, URL_ID, ids, money, why_empty
 from app.exports import csv_name, header_lines, write_rows
 from app.filters import filters_from
 from ledger.queries import Filters, run
@@ -422,6 +422,7 @@ def _breakdown(parts: dict[str, float], narrowed: list[str]) -> list[Any]:
     Input(ID("failed"), "value"),
     Input(ID("model"), "value"),
     Input(ID("min-cost"), "value"),
+    Input(TICK_ID, "data"),  # auto-refresh: the total follows new requests wherever the grid is
 )
 def _show_summary(
     search: str | None,
@@ -429,6 +430,7 @@ def _show_summary(
     failed: list[str] | None,
     model_like: str | None,
     min_cost: float | None,
+    _tick: int | None,
 ) -> tuple[str, list[Any], str]:
     filters = filters_from(search)
     args, ignored = _explorer_args(hosting, failed, model_like, min_cost, None)
@@ -501,6 +503,28 @@ clientside_callback(
     Input(ID("failed"), "value"),
     Input(ID("model"), "value"),
     Input(ID("min-cost"), "value"),
+    State(GRID_ID, "id"),
+    prevent_initial_call=True,
+)
+
+
+# Auto-refresh: reload the grid's rows only while its first row is in view. A reader scrolled
+# down to row 350 keeps the rows under their eyes (a purge would shift them by every new request
+# when sorted newest first, and reload the blocks around them); the total above the grid says
+# how many rows there are now, and scrolling back to the top shows the new ones at the next
+# tick. At the top, newest first, new requests simply appear above the old. The purge asks the
+# server for the first block again, nothing more.
+clientside_callback(
+    """function(tick, id) {
+        const nu = window.dash_clientside.no_update;
+        if (!tick || !window.dash_ag_grid || !dash_ag_grid.getApiAsync) { return nu; }
+        dash_ag_grid.getApiAsync(id).then((api) => {
+            if (api.getFirstDisplayedRowIndex() === 0) { api.purgeInfiniteCache(); }
+        });
+        return nu;
+    }""",
+    Output(ID("purged"), "data", allow_duplicate=True),
+    Input(TICK_ID, "data"),
     State(GRID_ID, "id"),
     prevent_initial_call=True,
 )

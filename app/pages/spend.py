@@ -387,6 +387,7 @@ def _teams_csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
     Input(URL_ID, "search"),
 )
 def _crumbs(search: str | None) -> tuple[list[Any], str, bool]:
+    # No auto-refresh tick: the crumbs and the link are the URL's filters, not data.
     values = parse(search).values
     path = [(level, values.get(level)) for level in ov.DRILL_LEVELS if values.get(level)]
     crumbs: list[Any] = [html.Span("All teams", className="crumb")]

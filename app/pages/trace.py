@@ -439,6 +439,9 @@ _VIEW_OUTPUTS = {
     Input(URL_ID, "search"),
 )
 def _show_trace(trace_id: str | None, search: str | None) -> TraceView:
+    # No auto-refresh tick, on purpose: one trace's spans are final once its request ended,
+    # and redrawing it every tick would reset the span picked in the waterfall and its
+    # details while the reader studies them. A reload shows costs a later refresh changed.
     return _trace_view(trace_id, search or "")
 
 
