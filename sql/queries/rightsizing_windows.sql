@@ -1,8 +1,8 @@
 -- one row per deployment x window of $window_s seconds from $start (the last one ends at $end at
 -- most) with a scrape of one of its vLLM replicas in it: what models/rightsizing.py sizes the
--- deployment from (docs/efficiency.md, "Right-sizing"). Only scraped time counts, as in
--- replica_windows.sql: a gauge sample stands for the time until its replica's next scrape
--- attempt, at most $max_gap_s. Summed over the replicas up in the window: covered and busy
+-- deployment from (docs/efficiency.md, "Right-sizing"). Only scraped time counts: the gauges
+-- come from sql/macros/replica_instants.sql, as in replica_windows.sql (a scrape instant stands
+-- for the time until its replica's next scrape attempt, at most $max_gap_s). Summed over the replicas up in the window: covered and busy
 -- replica-seconds, busy replicas (busy shares), KV replicas (mean KV usage), KV-cache tokens
 -- in use and held (mean usage x the replica's KV-cache tokens; NULL unless every replica's
 -- cache size is known),
@@ -22,66 +22,16 @@ with selected as (
         global_filter(environment, null, null, null, model, $environment, null, null, null, $model)
 ),
 
-attempts as (
-    select target, ts,
-        date_diff('microsecond', ts, lead(ts) over (partition by target order by ts)) / 1e6
-            as gap_s
-    from scrapes
-    where
-        kind = 'vllm'
-        and ts >= $start - to_seconds($max_gap_s)
-        and ts < $end + to_seconds($max_gap_s)
-        and target in (select replica from selected)
-),
-
-medians as (
-    select target, median(gap_s) as median_gap_s from attempts group by target
-),
-
-stands as (
-    select a.target, a.ts, least(coalesce(a.gap_s, m.median_gap_s, 0), $max_gap_s) as seconds
-    from attempts as a
-    left join medians as m on m.target = a.target
-    where a.ts >= $start and a.ts < $end
-),
-
-gauges as (
-    select target, ts, series_key, metric, value
-    from canonical_metric_samples()
-    where
-        metric in (
-            'vllm:kv_cache_usage_perc', 'vllm:num_requests_waiting', 'vllm:num_requests_running'
-        )
-        and ts >= $start and ts < $end
-        and target in (select replica from selected)
-),
-
-engines as (
-    -- one engine = one series (engine, model_name labels) of the replica
-    select
-        target, ts, series_key,
-        max(value) filter (where metric = 'vllm:kv_cache_usage_perc') as kv,
-        max(value) filter (where metric = 'vllm:num_requests_waiting') as waiting,
-        max(value) filter (where metric = 'vllm:num_requests_running') as running
-    from gauges
-    group by target, ts, series_key
-),
-
 instants as (
     select
-        e.target, e.ts,
+        target, ts,
         to_timestamp(
             epoch($start)
-            + (epoch_us(e.ts) - epoch_us($start)) // (cast($window_s as bigint) * 1000000)
+            + (epoch_us(ts) - epoch_us($start)) // (cast($window_s as bigint) * 1000000)
             * $window_s
         ) as window_start,
-        any_value(s.seconds) as seconds,
-        avg(e.kv) as kv,
-        sum(e.waiting) as waiting,
-        sum(e.running) as running
-    from engines as e
-    inner join stands as s on s.target = e.target and s.ts = e.ts
-    group by e.target, e.ts
+        seconds, kv, waiting, running
+    from replica_instants($start, $end, $max_gap_s, $environment, $model)
 ),
 
 held as (
