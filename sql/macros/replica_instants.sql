@@ -1,5 +1,6 @@
 -- one row per vLLM replica x scrape instant in [start_ts, end_ts) of the deployments the
--- environment and model filters select (deployments have no team, app or route: those
+-- environment and model filters select, with the window of window_s seconds from start_ts it
+-- falls in (deployments have no team, app or route: those
 -- filters do not narrow them): the seconds the instant stands for and the replica's gauges
 -- there. An instant stands for the time until its replica's next scrape attempt (failed ones
 -- included), at most max_gap_s; the last one in range for its replica's median interval.
@@ -8,7 +9,7 @@
 -- sql/marts/efficiency_cache.sql. Shared by sql/queries/replica_windows.sql (the GPU page's
 -- per-replica table and series) and sql/queries/rightsizing_windows.sql (right-sizing).
 CREATE OR REPLACE MACRO replica_instants(
-    start_ts, end_ts, max_gap_s, environment_filter, model_filter
+    start_ts, end_ts, window_s, max_gap_s, environment_filter, model_filter
 ) AS TABLE
 with selected as (
     select replica
@@ -66,6 +67,11 @@ engines as (
 
 select
     e.target, e.ts,
+    to_timestamp(
+        epoch(start_ts)
+        + (epoch_us(e.ts) - epoch_us(start_ts)) // (cast(window_s as bigint) * 1000000)
+        * window_s
+    ) as window_start,
     any_value(s.seconds) as seconds,
     avg(e.kv) as kv,
     sum(e.waiting) as waiting,

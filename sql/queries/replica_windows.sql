@@ -17,15 +17,7 @@ with selected as (
 ),
 
 instants as (
-    select
-        target, ts,
-        to_timestamp(
-            epoch($start)
-            + (epoch_us(ts) - epoch_us($start)) // (cast($window_s as bigint) * 1000000)
-            * $window_s
-        ) as window_start,
-        seconds, kv, waiting, running
-    from replica_instants($start, $end, $max_gap_s, $environment, $model)
+    select * from replica_instants($start, $end, $window_s, $max_gap_s, $environment, $model)
 ),
 
 replica_gauges as (
