@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert
 
+from ledger.audit import audit_page
 from ledger.efficiency import (
     SloTargetsError,
     bundled_slo_targets_file,
@@ -711,21 +712,14 @@ def slo_changes_page(storage: Storage, offset: int = 0, limit: int = 20) -> SloC
     """One page of the SLO targets' audit trail, newest change first, and the total number of
     changes (the admin page pages through it on the server). An offset past the end gives the
     last page."""
-    if limit < 1:
-        raise SloTargetsError(f"a page holds at least one change, got limit {limit}")
     c = slo_target_changes.c
-    total_rows = storage.select(sa.select(sa.func.count()).select_from(slo_target_changes))
-    total = int(total_rows[0][0]) if total_rows else 0
-    start = max(0, min(int(offset), max(0, total - 1) // limit * limit))
-    rows = storage.select(
-        sa.select(
-            c.change_id, c.changed_at, c.changed_by, c.action, c.objective, c.old_values,
-            c.new_values,
-        )
-        .order_by(c.change_id.desc())
-        .limit(limit)
-        .offset(start)
+    columns = (
+        c.change_id, c.changed_at, c.changed_by, c.action, c.objective, c.old_values,
+        c.new_values,
     )  # fmt: skip
+    rows, start, total = audit_page(
+        storage, slo_target_changes, columns, offset, limit, SloTargetsError
+    )
     changes = [
         SloTargetChange(
             int(change_id), changed_at, changed_by, action, objective,

@@ -45,6 +45,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
+from ledger.audit import audit_page
 from ledger.schema import price_book, price_book_changes, price_book_superseded
 from models.gpu_catalog import get_gpu
 
@@ -1171,18 +1172,10 @@ def superseded_versions(storage: Storage) -> list[SupersededVersion]:
 def history_page(storage: Storage, offset: int = 0, limit: int = 20) -> ChangePage:
     """One page of the audit trail, newest change first, and the total number of changes: the
     UI pages through it on the server instead of sending the whole trail to the browser."""
-    if limit < 1:
-        raise PriceBookError(f"a page holds at least one change, got limit {limit}")
-    total_rows = storage.select(sa.select(sa.func.count()).select_from(price_book_changes))
-    total = int(total_rows[0][0]) if total_rows else 0
-    start = max(0, min(int(offset), max(0, total - 1) // limit * limit))
-    stmt = (
-        sa.select(*_CHANGE_COLUMNS)
-        .order_by(price_book_changes.c.change_id.desc())
-        .limit(limit)
-        .offset(start)
+    rows, start, total = audit_page(
+        storage, price_book_changes, _CHANGE_COLUMNS, offset, limit, PriceBookError
     )
-    return ChangePage([_change(r) for r in storage.select(stmt)], start, limit, total)
+    return ChangePage([_change(r) for r in rows], start, limit, total)
 
 
 def history(storage: Storage, limit: int = 100) -> list[PriceChange]:

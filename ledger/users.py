@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as upsert
 
 from inferledger.core.errors import BadInputError
+from ledger.audit import audit_page
 from ledger.schema import auth_secrets, auth_sessions, users
 from ledger.schema import user_changes as _changes
 
@@ -300,18 +301,9 @@ def user_changes_page(storage: Storage, offset: int = 0, limit: int = 20) -> Use
     """One page of the audit trail, newest first, and its total: the Users page reads a page at
     a time on the server rather than sending the whole trail to the browser. An offset past the
     end gives the last page."""
-    if limit < 1:
-        raise UserError(f"a page holds at least one change, got limit {limit}")
-    total_rows = storage.select(sa.select(sa.func.count()).select_from(_changes))
-    total = int(total_rows[0][0] or 0) if total_rows else 0
-    start = max(0, min(int(offset), max(0, total - 1) // limit * limit))
     c = _changes.c
-    rows = storage.select(
-        sa.select(c.change_id, c.changed_at, c.changed_by, c.action, c.user_name, c.detail)
-        .order_by(c.change_id.desc())
-        .limit(limit)
-        .offset(start)
-    )
+    columns = (c.change_id, c.changed_at, c.changed_by, c.action, c.user_name, c.detail)
+    rows, start, total = audit_page(storage, _changes, columns, offset, limit, UserError)
     return UserChangePage([UserChange(*row) for row in rows], start, limit, total)
 
 
