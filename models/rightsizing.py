@@ -361,11 +361,17 @@ def window_need(
 ) -> int:
     """Replicas a window needed: its load (:func:`window_load`) over the target utilisation,
     rounded up; a saturated window needs at least every replica that ran."""
-    load, _ = window_load(window, model)
+    return _rate(window, model, target_utilization, waiting_threshold)[0]
+
+
+def _rate(
+    window: Window, model: StepModel | None, target_utilization: float, waiting_threshold: float
+) -> tuple[int, float, Binding, bool]:
+    """(need, load, the load's measure, saturated) of a window: window_need's figures."""
+    load, measure = window_load(window, model)
     need = math.ceil(load / target_utilization - _EPS) if load > 0 else 0
-    if is_saturated(window, waiting_threshold):
-        return max(need, window.replicas_up)
-    return need
+    saturated = is_saturated(window, waiting_threshold)
+    return (max(need, window.replicas_up) if saturated else need), load, measure, saturated
 
 
 def is_saturated(window: Window, waiting_threshold: float = WAITING_THRESHOLD) -> bool:
@@ -401,7 +407,6 @@ def rightsize(
     idle = 1 - sum(w.busy_s for w in windows) / covered
     idle = min(max(idle, 0.0), 1.0)  # busy_s <= covered_s per window (checked): float noise
     held = max(w.replicas_up for w in windows)
-    saturated = [w for w in windows if is_saturated(w, waiting_threshold)]
 
     # the compute basis needs token counters; a deployment without any is sized on busy time
     model = d.step_model
@@ -409,15 +414,10 @@ def rightsize(
         model, note = None, "vLLM's token counters were not scraped"
     else:
         note = d.step_model_note
-    # one pass: each window's load, measure and need
-    rated = []
-    for w in windows:
-        load, measure = window_load(w, model)
-        need = math.ceil(load / target_utilization - _EPS) if load > 0 else 0
-        if is_saturated(w, waiting_threshold):
-            need = max(need, w.replicas_up)
-        rated.append((need, load, measure, w))
-    peak_need, _, peak_measure, peak = max(rated, key=lambda r: (r[0], r[1]))
+    # one pass: each window's need, load, measure and saturation
+    rated = [(*_rate(w, model, target_utilization, waiting_threshold), w) for w in windows]
+    saturated = [w for *_, sat, w in rated if sat]
+    peak_need, _, peak_measure, _, peak = max(rated, key=lambda r: (r[0], r[1]))
     compute = (compute_replicas(peak, model) or 0.0) if model is not None else None
     basis = "busy" if model is None else "compute"
     if saturated:
