@@ -159,7 +159,7 @@ def test_the_batch_deployment_is_mostly_idle(story, storage) -> None:
     # the GPU page's right-sizing finding: one replica would have met the batch's peak (the
     # step-time model sizes the pool by its engine steps at full batch, not its busy time),
     # while the 70B, preempting at its KV-bound peak, must never be cut
-    from ledger.efficiency import rightsizing_findings
+    from ledger.rightsizing import rightsizing_findings
 
     findings = {
         f["deployment"]: f

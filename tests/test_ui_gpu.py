@@ -131,8 +131,9 @@ def test_csv_is_the_charted_numbers(ledger_server, ledger_end, page, tmp_path: P
 def test_replicas_over_time_and_findings(ledger_server, ledger_end, page) -> None:
     """The per-replica table (hottest first, beside its deployment's mean), the over-time
     panels and the right-sizing findings render with the ledger's numbers."""
-    from ledger.efficiency import replica_table, rightsizing_findings
+    from ledger.efficiency import replica_table
     from ledger.queries import Filters
+    from ledger.rightsizing import rightsizing_findings
     from models.rightsizing import share_text
 
     start, end, query = whole_days(ledger_end)

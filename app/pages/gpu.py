@@ -7,7 +7,8 @@ time, and right-sizing findings.
 
 Numbers: sql/queries/gpu_*.sql over cache_efficiency and cache_by_app_between
 (formulas: docs/efficiency.md, docs/cost-model.md "Efficiency"); per replica and over time:
-ledger/efficiency.py over sql/queries/replica_*.sql; findings: models/rightsizing.py.
+ledger/efficiency.py over sql/queries/replica_*.sql; findings: ledger/rightsizing.py over
+models/rightsizing.py.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from app.figures import (
 from app.filters import filters_from
 from ledger import efficiency, page_data
 from ledger.queries import Filters, run
+from ledger.rightsizing import rightsizing_findings
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -334,7 +336,7 @@ def _over_time_note(filters: Filters) -> str:
 
 
 def _findings(filters: Filters) -> pa.Table:
-    return efficiency.rightsizing_findings(context.storage(), filters)
+    return rightsizing_findings(context.storage(), filters)
 
 
 def _findings_figure(table: pa.Table, _filters: Filters) -> go.Figure:
