@@ -89,10 +89,11 @@ def test_overview_tiles_are_the_marts(ledger_server, page) -> None:
     forecast = float(text(page, "kpi-forecast").strip("$").replace(",", ""))
     assert forecast >= mtd  # month to date plus a non-negative run rate
     assert "last 7 days" in page.locator("#overview-method").text_content()
-    spend, reqs, ttft = page.evaluate(
-        "() => document.querySelector('#overview-trend .js-plotly-plot').data"
-        ".map(t => Array.from(t.y))"
-    )
+    # wait and read in one step: a scheduled refresh may redraw the chart between the two
+    spend, reqs, ttft = page.wait_for_function(
+        "() => { const d = document.querySelector('#overview-trend .js-plotly-plot')?.data;"
+        " return d && d.length === 3 ? d.map(t => Array.from(t.y)) : null; }"
+    ).json_value()
     assert sum(spend) == pytest.approx(total, rel=1e-9)
     assert sum(reqs) == requests
     assert any(v is not None and v > 0 for v in ttft)

@@ -32,9 +32,14 @@ READY = """() => {
   for (const p of plots) { if (!p.querySelector('.main-svg') || !p.data) return false; }
   return true;
 }"""
-TRACES = """sel => Array.from(document.querySelector(sel + ' .js-plotly-plot').data || [])
-  .map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || []),
-              labels: Array.from(t.labels || []), ids: Array.from(t.ids || [])}))"""
+# Returns the drawn traces once there are some: a scheduled refresh redraws a chart, and a read
+# between Plotly's purge and its redraw saw no traces (a CI flake), so wait and read are one step.
+TRACES = """sel => {
+  const data = document.querySelector(sel + ' .js-plotly-plot')?.data;
+  if (!data || !data.length) return null;
+  return Array.from(data).map(t => ({name: t.name, x: Array.from(t.x || []),
+    y: Array.from(t.y || []), labels: Array.from(t.labels || []), ids: Array.from(t.ids || [])}));
+}"""
 
 
 @pytest.fixture
@@ -51,7 +56,7 @@ def ready(page) -> None:
 
 
 def traces(page, graph: str) -> list[dict]:
-    return page.evaluate(TRACES, f"#{graph}")
+    return page.wait_for_function(TRACES, arg=f"#{graph}").json_value()
 
 
 def sql_spend(storage, policy: str = "configured", **where: str) -> float:
