@@ -7,6 +7,10 @@ SimEngine.submit() (which stamps its arrival on the virtual clock) and wait on i
 simulation thread submits arrivals in stamp order, advances the cluster to each instant that
 matters (the next step end while tokens are being streamed, else the next event) and publishes
 token counts and finished records to the waiting requests.
+
+A client that goes away (a stream's body closed before its end, or a non-streamed request's
+connection gone while it waits) is handed back through abandon(): the simulation thread aborts
+that one request in the LiveCluster, as vLLM aborts a request whose client disconnected.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from urllib.parse import urlsplit
 import requests
 
 from inferledger.core.errors import SettingsError
-from inferledger.sim_openai import ApiError
+from inferledger.sim_errors import ApiError
 from models.serving.live import LiveCluster, RequestHandle
 from models.serving.records import ReplicaRecord, RequestRecord
 from models.serving.request import RequestSpec, Segment
@@ -127,6 +131,7 @@ class SimEngine:
         self._lock = threading.Lock()  # the inbox, and arrival stamps in clock order
         self._wake = threading.Condition(self._lock)
         self._inbox: list[PendingRequest] = []
+        self._aborts: list[PendingRequest] = []  # abandoned by their clients
         self._stopping = False
         self._abort = False
         self._exit = False
@@ -144,6 +149,7 @@ class SimEngine:
         self.lag_count = 0
         self.max_lag_s = 0.0
         self.lag_buckets = [0] * (len(LAG_BUCKETS_S) + 1)  # per bucket, not cumulative
+        self.client_aborts = 0  # requests aborted because their client went away
 
     def start(self) -> SimEngine:
         self._thread.start()
@@ -163,9 +169,15 @@ class SimEngine:
             self._wake.notify()
 
     def abandon(self, pending: PendingRequest) -> None:
-        """The client went away: stop publishing its tokens (the engine still serves it; the
-        simulator cannot abort one request)."""
-        pending.abandoned = True
+        """The client went away (or its stream's body was closed, as it is at every stream's
+        end): abort the request in the simulation unless it has finished. Safe to call more
+        than once and from any thread."""
+        with self._lock:
+            if pending.abandoned or pending.record is not None:
+                return
+            pending.abandoned = True
+            self._aborts.append(pending)
+            self._wake.notify()
 
     def stop_accepting(self) -> None:
         with self._lock:
@@ -215,6 +227,7 @@ class SimEngine:
             with self._lock:
                 target = clock.now()
                 inbox, self._inbox = self._inbox, []
+                aborts, self._aborts = self._aborts, []
                 abort, exit_now = self._abort, self._exit
                 self._abort = False
             started = time.perf_counter()
@@ -233,6 +246,12 @@ class SimEngine:
                     if p.stream:
                         streams[p.request_id] = p
                 finished = live.advance_to(max(target, live.now))
+                for p in aborts:
+                    streams.pop(p.request_id, None)
+                    handle = p.handle
+                    if handle is not None and handle.record is None:
+                        self.client_aborts += 1
+                        finished += live.abort(handle)
                 if abort:
                     finished += live.abort_all()
                 self.records.extend(finished)
@@ -271,7 +290,7 @@ class SimEngine:
             delay = clock.wall_delay(nxt) if nxt < math.inf else self.MAX_WAIT_S
             delay = min(max(delay, self.MIN_TICK_S), self.MAX_WAIT_S)
             with self._lock:
-                if not self._inbox and not self._exit and not self._abort:
+                if not self._inbox and not self._aborts and not self._exit and not self._abort:
                     self._wake.wait(delay)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib import resources
@@ -48,6 +49,10 @@ class ModelConfig:
     tied_embeddings: bool = False
     aliases: tuple[str, ...] = ()
     source: str = ""
+    # The Hugging Face repository vLLM serves it from (`vllm serve meta-llama/...`): what vLLM
+    # reports as the model's `root` in /v1/models and names it by when no
+    # --served-model-name is given. None for a catalog entry that does not say.
+    hf_id: str | None = None
 
     @property
     def layer_matmul_params(self) -> int:
@@ -245,7 +250,8 @@ class ModelCatalog:
     def from_configs(cls, models: tuple[ModelConfig, ...]) -> ModelCatalog:
         index: dict[str, ModelConfig] = {}
         for model in models:
-            for alias in (model.name, *model.aliases):
+            names = (model.name, *((model.hf_id,) if model.hf_id else ()), *model.aliases)
+            for alias in names:
                 key = normalize_model_name(alias)
                 other = index.get(key)
                 if other is not None and other is not model:
@@ -267,6 +273,11 @@ class ModelCatalog:
             raise BadInputError(f"unknown model {name!r} (known: {', '.join(self.names)})")
         return model
 
+
+# A Hugging Face repository id: "owner/name" (letters, digits, "-", "_", "."; no "--" or "..",
+# which the Hub also refuses).
+_HF_NAME = r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}"
+_HF_ID = re.compile(rf"(?!.*(?:--|\.\.)){_HF_NAME}/{_HF_NAME}")
 
 _INT_FIELDS = (
     "num_layers",
@@ -292,11 +303,18 @@ def _model_from_entry(entry: Any, where: str) -> ModelConfig:
     aliases = entry.get("aliases") or ()
     if not isinstance(aliases, list | tuple):
         raise BadInputError(f"{where}: aliases must be a list")
+    hf_id = entry.get("hf_id")
+    if hf_id is not None and (not isinstance(hf_id, str) or not _HF_ID.fullmatch(hf_id)):
+        raise BadInputError(
+            f"{where}: hf_id must be a Hugging Face repository id such as "
+            f"'meta-llama/Llama-3.1-8B-Instruct', got {hf_id!r}"
+        )
     return ModelConfig(
         name=str(entry["name"]),
         tied_embeddings=bool(entry.get("tied_embeddings", False)),
         aliases=tuple(str(a) for a in aliases),
         source=str(entry.get("source", "")),
+        hf_id=hf_id,
         **values,
     )
 

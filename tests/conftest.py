@@ -3,12 +3,14 @@ processes on loopback. Nothing of ours is mocked."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -304,6 +306,27 @@ def ledger_server(demo_ledger: Path, live_factory, tmp_path: Path) -> LiveServic
     copy = tmp_path / "ledger.duckdb"
     shutil.copy(demo_ledger, copy)
     return live_factory(db=str(copy))
+
+
+# ---------------------------------------------------------------- the stand-in vLLM server
+@contextlib.contextmanager
+def serving_sim(options: Any) -> Iterator[tuple[Any, threading.Thread]]:
+    """A SimServer (inferledger.sim_server) for `options` (SimServeOptions, port 0 for free
+    ports) serving on a thread until the block ends; then it must stop within 30 s."""
+    from inferledger.sim_server import SimServer
+
+    server = SimServer(options).bind()
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"install_signal_handlers": False}, daemon=True
+    )
+    thread.start()
+    try:
+        assert server.ready.wait(10), "simulator did not start"
+        yield server, thread
+    finally:
+        server.request_stop()
+        thread.join(30)
+    assert not thread.is_alive(), "simulator did not stop"
 
 
 # ---------------------------------------------------------------- sign-in (browser tests)

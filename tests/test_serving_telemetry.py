@@ -43,12 +43,15 @@ from models.serving.telemetry import (
     render_vllm_metrics,
 )
 from models.serving.vllm_metrics import (
+    ADMISSION_REASONS,
+    CACHE_HIT_SOURCES,
     FINISHED_REASONS,
     HELP_TEXTS,
     ITERATION_TOKENS_BUCKETS,
     ITL_BUCKETS,
     PARAMS_N_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
+    REQUEST_NUM_PREEMPTIONS_BUCKETS,
     TTFT_BUCKETS,
     build_1_2_5_buckets,
 )
@@ -146,6 +149,10 @@ def test_final_page_equals_the_simulators_counters(result, replica):
     assert v("vllm:prefix_cache_queries_total") == c.prefix_cache_queries
     assert v("vllm:prefix_cache_hits_total") == c.prefix_cache_hits
     assert v("vllm:num_preemptions_total") == c.num_preemptions
+    assert v("vllm:prompt_tokens_cached_by_source_total", source="device") == c.prefix_cache_hits
+    assert v("vllm:prompt_tokens_cached_by_source_total", source="p2p") == 0
+    rejections = (("model_name", MODEL), ("reason", "max_num_queued_reqs"))  # no engine label
+    assert s[("vllm:admission_rejections_total", rejections)] == 0
     for reason in FINISHED_REASONS:
         expected = getattr(c, f"request_success_{reason}", 0)
         assert v("vllm:request_success_total", finished_reason=reason) == expected
@@ -164,6 +171,7 @@ def test_final_page_equals_the_simulators_counters(result, replica):
     )
     assert v("vllm:request_params_max_tokens_sum") == sum(r.context["max_tokens"] for r in mine)
     assert v("vllm:request_params_n_count") == len(mine)
+    assert v("vllm:request_num_preemptions_sum") == sum(r.num_preemptions for r in mine)
     assert v("vllm:kv_cache_usage_perc") == rep.series["kv_cache_usage"][-1]
     assert v("vllm:num_requests_running") == 0 and v("vllm:num_requests_waiting") == 0
     info = [k for k in s if k[0] == "vllm:cache_config_info"]
@@ -222,9 +230,23 @@ def _vllm_registry(timeline: ReplicaMetricsTimeline, result, at_s: float) -> Col
     by_source.labels(*lv, "local_cache_hit").inc(cached)
     by_source.labels(*lv, "external_kv_transfer")
     counter("vllm:prompt_tokens_cached").labels(*lv).inc(cached)
+    # vLLM 0.33.0: every tier's series exists; the device tier counts the scheduler's hits.
+    by_tier = counter("vllm:prompt_tokens_cached_by_source", "source")
+    for source in CACHE_HIT_SOURCES:
+        by_tier.labels(*lv, source)
+    by_tier.labels(*lv, "device").inc(col("prefix_cache_hits"))
     counter("vllm:generation_tokens").labels(*lv).inc(col("generation_tokens"))
     success = counter("vllm:request_success", "finished_reason")
     children = {reason: success.labels(*lv, reason) for reason in FINISHED_REASONS}
+    # The API server's admission counter: model_name and reason, no engine label.
+    rejections = Counter(
+        "vllm:admission_rejections",
+        HELP_TEXTS["vllm:admission_rejections"],
+        ["model_name", "reason"],
+        registry=reg,
+    )
+    for reason in ADMISSION_REASONS:
+        rejections.labels(MODEL, reason)
     h = {
         "vllm:request_prompt_tokens": hist("vllm:request_prompt_tokens", b125),
         "vllm:request_generation_tokens": hist("vllm:request_generation_tokens", b125),
@@ -250,6 +272,9 @@ def _vllm_registry(timeline: ReplicaMetricsTimeline, result, at_s: float) -> Col
         "request_decode_time_seconds",
     ):
         h[f"vllm:{name}"] = hist(f"vllm:{name}", REQUEST_LATENCY_BUCKETS)
+    h["vllm:request_num_preemptions"] = hist(
+        "vllm:request_num_preemptions", REQUEST_NUM_PREEMPTIONS_BUCKETS
+    )
     h["vllm:request_prefill_kv_computed_tokens"] = hist(
         "vllm:request_prefill_kv_computed_tokens", b125
     )
@@ -265,6 +290,7 @@ def _vllm_registry(timeline: ReplicaMetricsTimeline, result, at_s: float) -> Col
         h["vllm:request_inference_time_seconds"].observe(r.last_token_s - r.first_scheduled_s)
         decode = r.last_token_s - r.first_token_s
         h["vllm:request_decode_time_seconds"].observe(decode)
+        h["vllm:request_num_preemptions"].observe(r.num_preemptions)
         h["vllm:request_prefill_kv_computed_tokens"].observe(r.prompt_tokens - r.cached_tokens)
         h["vllm:request_prompt_tokens"].observe(r.prompt_tokens)
         h["vllm:request_generation_tokens"].observe(r.output_tokens)
@@ -391,7 +417,7 @@ def test_counters_never_decrease_and_buckets_are_cumulative(result):
                 buckets.setdefault(row["family"], []).append((row["le"], row["value"]))
             if row["metric"].endswith("_count"):
                 counts[row["family"]] = row["value"]
-        assert len(buckets) == 15
+        assert len(buckets) == 16
         for family, series in buckets.items():
             les = [le for le, _ in series]
             values = [value for _, value in series]

@@ -19,6 +19,16 @@ the loop itself and, between turns, sweeps the connections (:class:`Deadlines`):
   closed oldest first, so that a flood of idle sockets cannot keep others out.
 The loop uses poll(), not select(): select() fails on descriptors above 1023, which a
 connection limit in the thousands reaches.
+
+Streams and keep-alive. waitress closes the connection after every response it sends chunked
+(HTTP/1.1 without Content-Length, i.e. every stream), a choice of its own: the last chunk ends
+the body, and uvicorn keeps such connections open. `keep_alive_streams=True` does as uvicorn
+does, unless the client asked to close or the response went wrong (an error, a disconnect, a
+body cut short: waitress still closes then).
+
+The task queue. Requests beyond the worker threads wait in waitress's queue, before the app
+sees them (waitress logs "Task queue depth is N" on the `waitress.queue` logger then);
+WaitressRunner counts them: `queued_now`, `queued_total`, `busy_threads`.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ from typing import Any
 from waitress import create_server, wasyncore
 from waitress.channel import HTTPChannel
 from waitress.server import BaseWSGIServer
+from waitress.task import ThreadedTaskDispatcher, WSGITask
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +93,52 @@ def raise_fd_limit(connections: int) -> int:
     return connections
 
 
+class _ChunkedKeepAliveTask(WSGITask):
+    """A WSGI task that keeps an HTTP/1.1 connection open after a chunked response (see the
+    module's docstring). waitress decides in build_response_header: it asks to close for a
+    chunked body; that one request is declined, every other (the client's "Connection:
+    close", a response without a body) goes through, as do the later ones (errors, a body
+    shorter than its Content-Length)."""
+
+    _building = False
+
+    def build_response_header(self) -> bytes:
+        self._building = True
+        try:
+            return super().build_response_header()
+        finally:
+            self._building = False
+
+    def set_close_on_finish(self) -> None:
+        if (
+            self._building
+            and self.chunked_response
+            and not self.close_on_finish
+            and self.version == "1.1"
+        ):
+            return
+        super().set_close_on_finish()
+
+
+class _KeepAliveChannel(HTTPChannel):
+    task_class = _ChunkedKeepAliveTask
+
+
+class _CountingDispatcher(ThreadedTaskDispatcher):
+    """waitress's thread pool, counting the requests that found every thread busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued_total = 0
+
+    def add_task(self, task: Any) -> None:
+        with self.lock:
+            idle = len(self.threads) - self.stop_count - self.active_count
+            if len(self.queue) >= idle:
+                self.queued_total += 1
+        super().add_task(task)
+
+
 class WaitressRunner:
     """One waitress server (one or several listeners) in a background loop thread."""
 
@@ -90,18 +147,25 @@ class WaitressRunner:
         app: Callable[..., Any],
         deadlines: Deadlines | None = None,
         on_close: Callable[[str], object] | None = None,
+        keep_alive_streams: bool = False,
         **adjustments: Any,
     ) -> None:
         """`deadlines` None keeps waitress's own behaviour (channel_timeout only);
-        `on_close(reason)` counts the connections the deadlines close."""
+        `on_close(reason)` counts the connections the deadlines close; `keep_alive_streams`
+        keeps connections open after chunked responses (see the module's docstring)."""
         if "connection_limit" in adjustments:
             adjustments["connection_limit"] = raise_fd_limit(adjustments["connection_limit"])
-        self._server = create_server(app, **adjustments)
+        self._dispatcher = _CountingDispatcher()
+        self._dispatcher.set_thread_count(int(adjustments.get("threads", 4)))
+        self._server = create_server(app, _dispatcher=self._dispatcher, **adjustments)
         # A single listener is a TcpWSGIServer (its socket map is `_map`); several listeners
         # come as a MultiSocketServer (`map`).
         server = self._server
         self._socket_map = server.map if hasattr(server, "map") else server._map
         self._listeners = [d for d in self._socket_map.values() if isinstance(d, BaseWSGIServer)]
+        if keep_alive_streams:
+            for listener in self._listeners:
+                listener.channel_class = _KeepAliveChannel
         self._deadlines = deadlines
         self._on_close = on_close or (lambda _reason: None)
         # When the sweep first saw each request still being received (waitress keeps no
@@ -120,6 +184,21 @@ class WaitressRunner:
     @property
     def alive(self) -> bool:
         return self._loop.is_alive()
+
+    @property
+    def busy_threads(self) -> int:
+        """Worker threads answering a request now."""
+        return self._dispatcher.active_count
+
+    @property
+    def queued_now(self) -> int:
+        """Requests waiting for a worker thread now (read before the app sees them)."""
+        return len(self._dispatcher.queue)
+
+    @property
+    def queued_total(self) -> int:
+        """Requests so far that found every worker thread busy and had to wait for one."""
+        return self._dispatcher.queued_total
 
     def start(self) -> WaitressRunner:
         self._loop.start()

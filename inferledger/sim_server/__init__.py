@@ -4,12 +4,15 @@ runs it as `python -m inferledger.sim_server`).
 One process serves an OpenAI-compatible API (completions and chat, streaming or not) in front of
 a LiveCluster (models/serving/live.py), plus what a vLLM deployment exposes for observability:
 each replica's `/metrics` in vLLM's exposition, a dcgm-exporter page, and `llm_request` spans
-over OTLP/HTTP. docs/sim-server.md is the user's guide (ports, flags, token-estimation rule,
-limits). inferledger/sim_openai.py holds the protocol (validation, token estimation, response
-shapes), inferledger/sim_engine.py the simulation and span-export threads.
+over OTLP/HTTP. docs/sim-server.md is the user's guide (ports, flags, tokens, limits).
+inferledger/sim_requests.py, sim_prompts.py, sim_outputs.py, sim_errors.py and sim_openai.py
+hold the protocol (validation, tokenised prompts, what each choice generates, vLLM's errors,
+response shapes); inferledger/sim_engine.py the simulation and span-export threads.
 
 HTTP, as in inferledger/server.py: a Flask app (inferledger/sim_server/app.py: routes, error
-bodies, streaming) served by waitress through core.http_server.WaitressRunner.
+bodies; exchange.py: submitting, waiting, streaming; extra_routes.py: the other vLLM
+endpoints; http_metrics.py: the http_* metrics) served by waitress through
+core.http_server.WaitressRunner.
 
 Threads, as in inferledger/server.py: waitress's worker threads answer HTTP and wait on events;
 ONE simulation thread owns the LiveCluster, maps wall time to virtual time
@@ -51,9 +54,11 @@ from inferledger.sim_engine import (
     traces_url,
 )
 from inferledger.sim_openai import ApiLimits
-from inferledger.sim_server.app import HttpRequestCounts, Listener, create_app
+from inferledger.sim_server.app import Listener, create_app
+from inferledger.sim_server.http_metrics import HttpMetrics
 from models.execution_time import ExecutionTimePredictor
 from models.serving.config import ClusterConfig, SimulationOptions
+from models.serving.jitter import DEFAULT_STEP_JITTER_CV
 from models.serving.live import LiveCluster
 from models.serving.records import ReplicaRecord, RequestRecord
 from models.serving.telemetry import GpuMetricsTimeline, ReplicaMetricsTimeline
@@ -73,10 +78,13 @@ _FAMILY_START = re.compile(r"^# HELP (\S+)")
 def merge_expositions(pages: Sequence[str]) -> str:
     """Pages with the same families in the same order (one per engine) → one page with each
     family's HELP/TYPE once, followed by its samples from every page in turn. A family starts
-    at its `# HELP` line, as every page rendered here writes it."""
+    at its `# HELP` line, as every page rendered here writes it. A series every page carries
+    alike (one without an engine label, such as vllm:admission_rejections, which vLLM's API
+    server exports once) is written once."""
     order: list[str] = [""]  # "": samples before any HELP line (none in our pages)
     headers: dict[str, list[str]] = {"": []}
     samples: dict[str, list[str]] = {"": []}
+    seen: set[str] = set()
     for page in pages:
         family = ""
         in_header = False
@@ -95,6 +103,10 @@ def merge_expositions(pages: Sequence[str]) -> str:
                     headers[family].append(line)
                 continue
             in_header = False
+            series = line.rpartition(" ")[0]
+            if series in seen:
+                continue
+            seen.add(series)
             samples[family].append(line)
     out = []
     for family in order:
@@ -119,7 +131,14 @@ class SimServeOptions:
     dcgm_port: int | None = 9400  # None: no dcgm-exporter page
     speed: float = 1.0
     otlp_traces_endpoint: str | None = None
-    threads: int = 256
+    # Worker threads = requests answered at once (each stream holds one). More requests than
+    # this wait in waitress's queue, where no vllm: metric sees them (docs/sim-server.md,
+    # "Disconnects, keep-alive and timing"): keep it above the concurrency clients use.
+    threads: int = 1024
+    # Coefficient of variation of the seeded, mean-1 noise on every engine step's duration
+    # (models/serving/jitter.py); 0 = the predictor's exact step times.
+    step_jitter: float = DEFAULT_STEP_JITTER_CV
+    seed: int = 0  # seeds the jitter: each replica draws from its own generator
     sample_interval_s: float = 1.0
     drain_timeout_s: float = 5.0
     # labels of vllm:cache_config_info, as `vllm serve` was told
@@ -132,6 +151,8 @@ class SimServeOptions:
             raise SettingsError("at least one served model name is needed")
         if not 1 <= self.threads <= 4096:
             raise SettingsError(f"--threads must be in 1..4096, got {self.threads}")
+        if not (math.isfinite(self.step_jitter) and 0.0 <= self.step_jitter <= 1.0):
+            raise SettingsError(f"--step-jitter must be in 0..1, got {self.step_jitter}")
         for name, port in (("--port", self.port), ("--dcgm-port", self.dcgm_port)):
             if port is not None and not 0 <= port <= 65535:
                 raise SettingsError(f"{name} must be in 0..65535, got {port}")
@@ -167,7 +188,13 @@ class SimServer:
         self.epoch_ns = time.time_ns()
         self.clock = VirtualClock(options.speed)
         sim_options = SimulationOptions(sample_interval_s=options.sample_interval_s)
-        self.live = LiveCluster(cluster, options.predictor, sim_options)
+        self.live = LiveCluster(
+            cluster,
+            options.predictor,
+            sim_options,
+            step_jitter_cv=options.step_jitter,
+            seed=options.seed,
+        )
         self.exporter: SpanExporter | None = None
         if options.otlp_traces_endpoint:
             self.exporter = SpanExporter(
@@ -184,7 +211,7 @@ class SimServer:
         self._inflight_lock = threading.Lock()
         self._stop = threading.Event()
         self.ready = threading.Event()
-        self.http_requests = HttpRequestCounts()
+        self.http_requests = HttpMetrics()
         self.app = create_app(self)
 
     # ------------------------------------------------------------------ lifecycle
@@ -243,11 +270,19 @@ class SimServer:
         if not self._listeners:
             self.bind()
         opts = self.options
-        runner = WaitressRunner(
+        # http_runner: its queued_now / queued_total / busy_threads show requests waiting for
+        # a worker thread, before the simulation sees them.
+        runner = self.http_runner = WaitressRunner(
             self.wsgi_app,
             sockets=[lst.sock for lst in self._listeners],
             threads=opts.threads,
-            # Every streamed response holds a worker thread and a connection until it ends.
+            # Connections stay open after streams, as with vLLM's uvicorn (clients reuse them).
+            keep_alive_streams=True,
+            # Read ahead on each connection so that a client gone while its request waits is
+            # seen (environ["waitress.client_disconnected"]) and the request aborted.
+            channel_request_lookahead=1,
+            # Every streamed response holds a worker thread and a connection until it ends;
+            # idle keep-alive connections hold one too.
             connection_limit=max(100, 4 * opts.threads),
             ident="inferledger-sim",
             max_request_body_size=MAX_BODY_BYTES,
@@ -319,7 +354,11 @@ class SimServer:
 
     # ------------------------------------------------------------------ metrics
     def metrics_page(self, listener: Listener) -> str:
-        """The /metrics page of the router (every replica) or of one replica."""
+        """The /metrics page of the router (every replica) or of one replica: the engines'
+        vllm: families, then the listener's http_* families (as vLLM registers its engine's
+        stat loggers before the API server's instrumentator). The simulator's own
+        inferledger_sim_* series are on the router's /sim/metrics (sim_metrics_page), not here:
+        a vLLM dashboard or scraper sees only what vLLM exports."""
         now, replicas, records = self.engine.snapshot()
         created = self.created
         if listener.replica is not None:
@@ -328,8 +367,12 @@ class SimServer:
             pages = [
                 self._replica_page(rep, records, now, str(rep.index), created) for rep in replicas
             ]
-            page = merge_expositions(pages) + self._own_metrics()
+            page = merge_expositions(pages)
         return page + self.http_requests.render(str(listener.sock.getsockname()[1]))
+
+    def sim_metrics_page(self) -> str:
+        """The router's /sim/metrics: the simulator's own inferledger_sim_* series."""
+        return self._own_metrics()
 
     def _replica_page(
         self,
@@ -354,10 +397,19 @@ class SimServer:
 
     def dcgm_page(self) -> str:
         """Every GPU of every replica, as dcgm-exporters on 8-GPU hosts would show them:
-        replica i's tensor-parallel GPUs are global GPUs i*TP .. i*TP+TP-1, eight per host."""
+        replica i's tensor-parallel GPUs are global GPUs i*TP .. i*TP+TP-1, eight per host.
+        Every field of dcgm-exporter's default counters (docs/sim-server.md, "dcgm-exporter
+        page"). The energy counter starts at the most power a catalog GPU draws x the host's
+        uptime at the first scrape, so that it never goes backwards when the stand-in restarts
+        (restart_safe_energy_offset_mj), and advances at wall-clock rates whatever --speed."""
+        from models.serving.dcgm_metrics import restart_safe_energy_offset_mj
+
         predictor = self.options.predictor
         if not isinstance(predictor, RooflinePredictor):
             return ""  # no GPU or model to describe (a test predictor)
+        # Read once per process; setdefault keeps the first value if two scrapes race.
+        uptime_s = self.__dict__.setdefault("_dcgm_host_uptime_s", self._host_uptime_s())
+        energy_offset_mj = restart_safe_energy_offset_mj(uptime_s)
         now, replicas, _ = self.engine.snapshot()
         tp = predictor.profile.tp
         pages = []
@@ -371,9 +423,23 @@ class SimServer:
                 first_gpu=first % 8,
                 block_size=self.options.cluster.replica.cache.block_size,
                 boot_s=0.0,
+                driver_version="570.133.20",  # a datacenter R570 driver
+                fields="default-counters",
+                energy_offset_mj=energy_offset_mj,
+                speed=self.options.speed,
             )
             pages.append(timeline.render(now))
         return merge_expositions(pages)
+
+    @staticmethod
+    def _host_uptime_s() -> float:
+        """Seconds since the host booted (/proc/uptime); elsewhere the monotonic clock, which
+        counts from boot on Linux and macOS too."""
+        try:
+            with open("/proc/uptime", encoding="ascii") as f:
+                return float(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            return time.monotonic()
 
     def _own_metrics(self) -> str:
         e = self.engine
@@ -398,7 +464,26 @@ class SimServer:
             "# HELP inferledger_sim_publish_lag_max_seconds Worst publication lag so far.",
             "# TYPE inferledger_sim_publish_lag_max_seconds gauge",
             f"inferledger_sim_publish_lag_max_seconds {e.max_lag_s!r}",
+            "# HELP inferledger_sim_client_aborts_total Requests aborted because their client "
+            "went away.",
+            "# TYPE inferledger_sim_client_aborts_total counter",
+            f"inferledger_sim_client_aborts_total {e.client_aborts}",
         ]
+        runner = getattr(self, "http_runner", None)
+        if runner is not None:
+            lines += [
+                "# HELP inferledger_sim_http_queue_depth Requests waiting for an HTTP worker "
+                "thread, not yet seen by the simulation.",
+                "# TYPE inferledger_sim_http_queue_depth gauge",
+                f"inferledger_sim_http_queue_depth {runner.queued_now}",
+                "# HELP inferledger_sim_http_queued_requests_total Requests that found every "
+                "HTTP worker thread busy and waited for one.",
+                "# TYPE inferledger_sim_http_queued_requests_total counter",
+                f"inferledger_sim_http_queued_requests_total {runner.queued_total}",
+                "# HELP inferledger_sim_http_busy_threads HTTP worker threads answering a request.",
+                "# TYPE inferledger_sim_http_busy_threads gauge",
+                f"inferledger_sim_http_busy_threads {runner.busy_threads}",
+            ]
         if x is not None:
             lines += [
                 "# HELP inferledger_sim_spans_exported_total llm_request spans accepted by the "
@@ -461,7 +546,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help="model name(s) the API accepts; the first labels metrics [the model's name]",
+        help="model name(s) the API accepts; the first labels metrics "
+        "[the model's Hugging Face id, then --model and the catalog name]",
     )
     group.add_argument(
         "--otlp-traces-endpoint",
@@ -470,7 +556,19 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="post llm_request spans here (OTLP/HTTP protobuf, e.g. http://host:4318/v1/traces)",
     )
     group.add_argument(
-        "--threads", type=int, default=256, help="HTTP worker threads = streams at once [256]"
+        "--threads",
+        type=int,
+        default=1024,
+        help="HTTP worker threads = requests answered at once; more wait unseen by the "
+        "vllm: metrics [1024]",
+    )
+    group.add_argument(
+        "--step-jitter",
+        type=float,
+        default=DEFAULT_STEP_JITTER_CV,
+        metavar="CV",
+        help="seeded noise on engine step times, as a coefficient of variation; 0 = the "
+        f"predictor's exact times [{DEFAULT_STEP_JITTER_CV:g}]",
     )
 
 
@@ -478,17 +576,22 @@ def serve_options_from_scenario(args: argparse.Namespace, scenario: Any) -> SimS
     """SimServeOptions from add_serve_arguments' flags and the deployment half of an
     `inferledger simulate` scenario (models.serving.scenario.ScenarioConfig; its traffic
     fields are not used: clients send the traffic)."""
+    from models.model_catalog import get_model
     from models.serving.scenario import cluster_config, resolve_engine
 
     engine, predictor = resolve_engine(scenario)
+    hf_id = get_model(engine.model).hf_id
     if args.speed is None or not (args.speed > 0 and math.isfinite(args.speed)):
         raise SettingsError(f"--speed must be a finite number > 0, got {args.speed}")
     return SimServeOptions(
         cluster=cluster_config(scenario, engine),
         predictor=predictor,
-        # vLLM serves the --model string as given; the catalog's own name is accepted too.
+        # Without --served-model-name, vLLM serves (and labels its metrics with) the --model it
+        # was started with, a Hugging Face id: that name first, then the --model string as given
+        # and the catalog's name, which the API also accepts.
         served_model_names=tuple(
-            args.served_model_name or dict.fromkeys((scenario.model, engine.model))
+            args.served_model_name
+            or dict.fromkeys(n for n in (hf_id, scenario.model, engine.model) if n)
         ),
         host=args.host,
         port=args.port,
@@ -496,6 +599,8 @@ def serve_options_from_scenario(args: argparse.Namespace, scenario: Any) -> SimS
         speed=args.speed,
         otlp_traces_endpoint=args.otlp_traces_endpoint,
         threads=args.threads,
+        step_jitter=args.step_jitter,
+        seed=scenario.seed,
         gpu_memory_utilization=engine.gpu_memory_utilization,
         cache_dtype=scenario.kv_cache_dtype,
     )

@@ -18,6 +18,7 @@ from heapq import heappop, heappush, heapreplace
 
 from models.execution_time import ExecutionTimePredictor
 from models.serving.config import ClusterConfig, SimulationOptions
+from models.serving.jitter import StepJitter
 from models.serving.records import ReplicaRecord, RequestRecord, SimulationResult
 from models.serving.replica import Replica, StepObserver
 from models.serving.request import Request, RequestSpec
@@ -35,10 +36,23 @@ class ClusterState:
         predictor: ExecutionTimePredictor,
         options: SimulationOptions,
         step_observer: StepObserver | None = None,
+        *,
+        step_jitter_cv: float = 0.0,
+        seed: int = 0,
     ) -> None:
+        """step_jitter_cv > 0: each replica's step durations get seeded lognormal noise of
+        that coefficient of variation (models/serving/jitter.py; the served simulation only)."""
         self.sink: list[RequestRecord] = []
         self.replicas = [
-            Replica(i, config.replica, predictor, options, self.sink, step_observer)
+            Replica(
+                i,
+                config.replica,
+                predictor,
+                options,
+                self.sink,
+                step_observer,
+                StepJitter(step_jitter_cv, seed, i) if step_jitter_cv > 0 else None,
+            )
             for i in range(config.num_replicas)
         ]
         self.router = make_router(config.router, self.replicas)
@@ -76,6 +90,13 @@ class ClusterState:
         if t_next is not None:
             heappush(self.heap, (t_next, i, rep.version))
         return req, i
+
+    def abort_request(self, req: Request, replica: int, now: float) -> None:
+        """Abort one request of `replica` at `now` (its client went away)."""
+        rep = self.replicas[replica]
+        t_next = rep.abort_request(req, now)
+        if t_next is not None:
+            heappush(self.heap, (t_next, replica, rep.version))
 
     def pop_event(self) -> int:
         """Apply the earliest pending replica event. Returns its replica index, or -1 when the

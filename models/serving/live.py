@@ -11,6 +11,15 @@ at t.
 No clock and no threads here: the caller maps wall time to virtual time (virtual = speed x
 (wall - start)) and calls submit()/advance_to() from one thread.
 
+Client disconnects: abort(handle) aborts one request as vLLM does when a client goes away
+(AsyncLLM.abort -> EngineCore.abort_requests -> Scheduler.finish_requests(FINISHED_ABORTED)):
+a waiting request leaves at once; a running one at the end of the step in flight, with the
+tokens produced by then; its KV blocks are freed and its record says finish_reason "abort".
+
+Timing noise: step_jitter_cv > 0 multiplies every step's predicted duration by a seeded
+lognormal factor of mean 1 (models/serving/jitter.py), so token gaps vary as a real engine's
+do; the default, 0, keeps the batch run's exact timings.
+
 Streaming: tokens_produced(handle) is the number of output tokens a request has produced by the
 current virtual time at engine-step granularity, including the steps already ended inside a
 stretch of pure-decode steps that is still in flight (Replica.stretch_steps_done). For requests
@@ -22,6 +31,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+
+import numpy as np
 
 from models.execution_time import ExecutionTimePredictor, StepShape
 from models.serving.cluster import ClusterState
@@ -67,6 +78,8 @@ class LiveCluster:
         options: SimulationOptions | None = None,
         *,
         start_s: float = 0.0,
+        step_jitter_cv: float = 0.0,
+        seed: int = 0,
     ) -> None:
         options = options if options is not None else SimulationOptions()
         if options.horizon_s is not None:
@@ -79,7 +92,9 @@ class LiveCluster:
         self.predictor = predictor
         self.options = options
         self.start_s = start_s
-        self._state = ClusterState(config, predictor, options)
+        self._state = ClusterState(
+            config, predictor, options, step_jitter_cv=step_jitter_cv, seed=seed
+        )
         self._state.start_sampling(start_s)
         self._now = start_s
         self._live: dict[str, RequestHandle] = {}
@@ -160,6 +175,16 @@ class LiveCluster:
                 self.token_times(handle)  # the steps of a stretch in flight that have ended
         self._state.abort(self._now)
         self._collect()
+        return self._take_finished()
+
+    def abort(self, handle: RequestHandle) -> list[RequestRecord]:
+        """The request's client went away: abort it now (see the module's docstring); nothing
+        happens if it has finished. Returns the records finished since the last call (the
+        aborted request's among them when it was waiting; a running one's comes with the end
+        of the step in flight, from a later advance_to())."""
+        if handle.record is None:
+            self._state.abort_request(handle.request, handle.replica, self._now)
+            self._collect()
         return self._take_finished()
 
     def next_event_s(self) -> float:
@@ -244,9 +269,9 @@ class LiveCluster:
             watch = tracked[i]
             if watch and version == rep.version:
                 stretch = rep.stretch_in_flight
-                t0, k, shape = rep.t0, rep.k, rep.shape
+                t0, k, shape, cum = rep.t0, rep.k, rep.shape, rep.stretch_cum
                 state.pop_event()
-                self._note_tokens(watch, th, stretch, t0, k, shape)
+                self._note_tokens(watch, th, stretch, t0, k, shape, cum)
             else:
                 state.pop_event()
         state.sample_before(t)
@@ -260,6 +285,7 @@ class LiveCluster:
         t0: float,
         k: int,
         shape: StepShape,
+        cum: np.ndarray | None,
     ) -> None:
         """A replica's event ending at t_end was applied: time the tokens it produced for the
         tracked requests there. A stretch of k steps gives a decoder k tokens, the last at
@@ -277,7 +303,12 @@ class LiveCluster:
                 if stretch:
                     for idx in range(have, count):
                         j = k - (count - 1 - idx)
-                        times.append(t0 + predict(shape, j) if j >= 1 else t0)
+                        if j < 1:
+                            times.append(t0)
+                        elif cum is not None:  # jittered steps
+                            times.append(t0 + float(cum[j - 1]))
+                        else:
+                            times.append(t0 + predict(shape, j))
                 else:
                     times.extend([t_end] * (count - have))
             if r.status is RequestStatus.FINISHED:

@@ -2,8 +2,13 @@
 
 A step in flight is either one step priced alone (prefill, preemption, ...) or a stretch of k
 pure-decode steps priced at once with ExecutionTimePredictor.decode_steps_time_s. A stretch ends
-early ("cut") at the first step boundary after a request arrives that could join the batch; its
+early ("cut") at the first step boundary after a request arrives that could join the batch (or
+after a running request's client goes away: the abort takes effect at that boundary); its
 state at any instant inside is known in closed form, which is how samples are taken.
+
+With a StepJitter (the served simulation only, models/serving/jitter.py) each step's duration is
+the predicted one times its own random factor: a stretch (at most JITTER_MAX_STRETCH_STEPS
+steps) then carries the cumulative times of its steps in an array instead of the closed form.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 
 from models.execution_time import ExecutionTimePredictor, StepShape
 from models.serving.config import ReplicaConfig, SimulationOptions
+from models.serving.jitter import JITTER_MAX_STRETCH_STEPS, StepJitter
 from models.serving.records import (
     SERIES_FIELDS,
     ReplicaRecord,
@@ -24,7 +30,7 @@ from models.serving.records import (
     StepLog,
 )
 from models.serving.replica_scheduler import STEP_DECODE, STEP_IDLE, ReplicaScheduler
-from models.serving.request import Request
+from models.serving.request import Request, RequestStatus
 
 _IDLE = 0
 _WAKE = 1  # woken by an arrival; schedules once every arrival at that instant is queued
@@ -49,13 +55,20 @@ class Replica:
         options: SimulationOptions,
         sink: list[RequestRecord],
         step_observer: StepObserver | None = None,
+        jitter: StepJitter | None = None,
     ) -> None:
         self.index = index
+        self.jitter = jitter
         self.step_observer = step_observer
         self.config = config
         self.scheduler = ReplicaScheduler(index, config, sink)
         self.predictor = predictor
         self.max_fast_forward_steps = options.max_fast_forward_steps
+        if jitter is not None:
+            cap = self.max_fast_forward_steps
+            self.max_fast_forward_steps = min(
+                cap or JITTER_MAX_STRETCH_STEPS, JITTER_MAX_STRETCH_STEPS
+            )
         self.debug_checks = options.debug_checks
         self.version = 0  # bumped whenever the pending event time changes
         self.state = _IDLE
@@ -64,6 +77,10 @@ class Replica:
         self.duration = 0.0
         self.k = 0
         self.shape = StepShape()
+        # With jitter: cumulative durations of the stretch in flight's steps 1..k (a new array
+        # for each stretch, never changed in place); None without jitter or for a single step.
+        self.stretch_cum: np.ndarray | None = None
+        self._aborting: list[Request] = []  # running requests to abort at the next boundary
         # Step log, one row per event, in typed arrays: rows are not Python objects, so the
         # cyclic garbage collector never traverses them (it did, and it cost ~20 % of a run).
         self._log_times = array("d")  # start_s, duration_s
@@ -97,14 +114,36 @@ class Replica:
         ):
             # It could be scheduled at the next step boundary: end the stretch there. (When
             # others wait, the head of the queue is blocked and so is this request, FCFS.)
-            steps, elapsed = self._first_boundary(now - self.t0)
-            if steps < self.k:
-                self.k = steps
-                self.duration = elapsed
-                self.t_end = self.t0 + elapsed
-                self.version += 1
-                return self.t_end
+            return self._cut(now)
         return None
+
+    def abort_request(self, req: Request, now: float) -> float | None:
+        """The request's client went away: abort it, as vLLM does. A waiting request leaves
+        at once; a running one at the end of the step in flight (vLLM finishes the step it is
+        in and drops it before scheduling the next), so a stretch is cut at its next step
+        boundary. Returns the replica's new event time if it changed."""
+        if req.status is RequestStatus.FINISHED:
+            return None
+        s = self.scheduler
+        if req.status is not RequestStatus.RUNNING:
+            s.abort_request(req, now)
+            # The head of the queue may have blocked the others: let the scheduler look again.
+            return self._cut(now) if s.waiting else None
+        self._aborting.append(req)
+        return self._cut(now)
+
+    def _cut(self, now: float) -> float | None:
+        """End the stretch in flight at its first step boundary at or after `now`."""
+        if self.state != _STRETCH or now >= self.t_end:
+            return None
+        steps, elapsed = self._first_boundary(now - self.t0)
+        if steps >= self.k:
+            return None
+        self.k = steps
+        self.duration = elapsed
+        self.t_end = self.t0 + elapsed
+        self.version += 1
+        return self.t_end
 
     def on_event(self, now: float) -> float | None:
         """The step (or stretch) in flight ends at `now`: apply it and start the next one.
@@ -125,6 +164,10 @@ class Replica:
             s.complete_step(now, duration)
             self._log_times.extend((self.t0, duration))
             self._log_counts.extend((1, s.step_n, s.step_prefill_tokens, len(s.step_chunks)))
+        if self._aborting:
+            for r in self._aborting:
+                s.abort_request(r, now)  # a request that finished in this step stays finished
+            self._aborting.clear()
         if self.debug_checks:
             s.check()
         return self._start(now)
@@ -135,12 +178,21 @@ class Replica:
         if kind == STEP_DECODE:
             k = s.plan_stretch(self.max_fast_forward_steps)
             shape = StepShape(s.step_n, s.step_ctx)  # num_decode, decode_context_sum
-            duration = self.predictor.decode_steps_time_s(shape, k)
+            jitter = self.jitter
+            if jitter is None:
+                duration = self.predictor.decode_steps_time_s(shape, k)
+            else:
+                predict = self.predictor.decode_steps_time_s
+                base = np.array([predict(shape, j) for j in range(1, k + 1)])
+                steps = np.diff(base, prepend=0.0) * jitter.factors(k)
+                cum = self.stretch_cum = np.cumsum(steps)
+                duration = float(cum[-1])
             self.state = _STRETCH
             self.k = k
             self.shape = shape
         elif kind == STEP_IDLE:
             self.state = _IDLE
+            self.stretch_cum = None
             return None
         else:
             shape = StepShape(
@@ -151,6 +203,9 @@ class Replica:
                 len(s.step_chunks),
             )
             duration = self.predictor.step_time_s(shape)
+            if self.jitter is not None:
+                duration *= self.jitter.factor()
+            self.stretch_cum = None
             self.state = _SINGLE
         if not duration > 0.0:
             raise ValueError(f"predictor returned a non-positive step time {duration} for {shape}")
@@ -174,6 +229,11 @@ class Replica:
         """Smallest j in [1, k] whose first j steps of the stretch last >= elapsed, and their
         duration."""
         k = self.k
+        cum = self.stretch_cum
+        if cum is not None:
+            # smallest j with cum[j-1] >= elapsed (jittered steps: no closed form)
+            j = min(int(np.searchsorted(cum[:k], elapsed, side="left")) + 1, k)
+            return j, float(cum[j - 1])
         predict = self.predictor.decode_steps_time_s
         shape = self.shape
         # Step times do not shrink as the context grows, so the first j-1 steps take at most
@@ -214,6 +274,7 @@ class Replica:
                 self._log_counts.extend((j, s.step_n, 0, 0))
         self.state = _IDLE
         self.version += 1
+        self._aborting.clear()
         s.abort_all(now)
 
     # -- progress inside a stretch (live mode: streaming tokens as the steps end) ------------
@@ -245,6 +306,8 @@ class Replica:
         """Duration of the first `steps` steps of the stretch in flight."""
         if steps <= 0:
             return 0.0
+        if self.stretch_cum is not None:
+            return float(self.stretch_cum[steps - 1])
         return self.predictor.decode_steps_time_s(self.shape, steps)
 
     # -- metrics --------------------------------------------------------------------------

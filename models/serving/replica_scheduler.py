@@ -504,6 +504,26 @@ class ReplicaScheduler:
             )
         )
 
+    def abort_request(self, r: Request, now: float) -> None:
+        """Finish one request with "abort" now (its client went away), as vLLM's
+        Scheduler.finish_requests(..., FINISHED_ABORTED) does (vllm/v1/core/sched/scheduler.py):
+        out of the waiting queue or the running set, its KV blocks freed the way any finished
+        request's are (blocks on a prefix-cache path stay cached and become evictable). A
+        running request must be aborted between steps (Replica defers it to the step end):
+        the tokens it has produced by then are its output. A finished request is left alone."""
+        status = r.status
+        if status is RequestStatus.FINISHED:
+            return
+        if status is RequestStatus.RUNNING:
+            if r.decoding:
+                self._leave_decode(r)
+                r.last_token_s = now  # every decoder took part in the step that ended now
+            else:
+                del self.prefilling[r]
+        else:
+            self.waiting.remove(r)  # WAITING or PREEMPTED: holds no KV blocks
+        self._finish(r, now, FinishReason.ABORT)
+
     def abort_all(self, now: float) -> None:
         """Finish every request still here with "abort" (end of a horizon-limited run)."""
         for r in list(self.running):

@@ -40,6 +40,11 @@ REQUEST_LATENCY_BUCKETS = (
 )  # fmt: skip
 ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 PARAMS_N_BUCKETS = (1, 2, 5, 10, 20)
+REQUEST_NUM_PREEMPTIONS_BUCKETS = (1, 2, 3, 4, 5, 10, 20)  # vllm/v1/metrics/buckets.py (0.33.0)
+# vLLM 0.33.0's CacheHitSource (vllm/v1/metrics/cache_hit_source.py) and ADMISSION_REASONS
+# (vllm/v1/metrics/loggers.py), in their order.
+CACHE_HIT_SOURCES = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS = ("max_num_queued_reqs", "max_num_queued_tokens")
 FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM's enum order
 
 
@@ -183,6 +188,7 @@ _FINISHED = (
     "vllm:request_inference_time_seconds",
     "vllm:request_prefill_time_seconds",
     "vllm:request_decode_time_seconds",
+    "vllm:request_num_preemptions",
     "vllm:request_prefill_kv_computed_tokens",
 )
 
@@ -264,6 +270,7 @@ class ReplicaMetricsTimeline:
             times("last_token_s"),
         )
         prompt = np.array([r.prompt_tokens for r in reqs], dtype=np.int64)
+        preemptions = np.array([r.num_preemptions for r in reqs], dtype=np.int64)
         cached = np.array([r.cached_tokens for r in reqs], dtype=np.int64)
         output = np.array([r.output_tokens for r in reqs], dtype=np.int64)
         n_param = np.array([int(context_value(r.context, "n") or 1) for r in reqs], dtype=np.int64)
@@ -290,6 +297,7 @@ class ReplicaMetricsTimeline:
             (REQUEST_LATENCY_BUCKETS, last - sched, seen),
             (REQUEST_LATENCY_BUCKETS, first - sched, seen),
             (REQUEST_LATENCY_BUCKETS, decode, seen),
+            (REQUEST_NUM_PREEMPTIONS_BUCKETS, preemptions, seen),
             (b125, prompt - cached, seen),
         )
         self._bounds = {name: h[0] for name, h in zip(_FINISHED, hists, strict=True)}
@@ -368,7 +376,9 @@ class ReplicaMetricsTimeline:
                 created(name, [base]),
             )
         for name, (key, values, typ) in _LABELLED.items():
-            sets = [{**base, key: v} for v in values]
+            # admission_rejections is the API server's, not an engine's: no engine label.
+            common = {"model_name": self.model_name} if name in _NO_ENGINE else base
+            sets = [{**common, key: v} for v in values]
             exported = f"{name}_total" if typ == "counter" else name
             self._text[name] = (
                 _header(exported, typ, HELP_TEXTS[name]),
@@ -494,6 +504,9 @@ class ReplicaMetricsTimeline:
             "vllm:num_requests_waiting_by_reason": (waiting, 0.0),
             "vllm:engine_sleep_state": (1.0, 0.0, 0.0),
             "vllm:prompt_tokens_by_source": (prompt - cached, cached, 0),
+            # counted from the scheduler's prefix-cache hits, all from the device tier here
+            "vllm:prompt_tokens_cached_by_source": (v["vllm:prefix_cache_hits"], 0, 0, 0, 0),
+            "vllm:admission_rejections": (0, 0),  # no queue limits are set
             "vllm:request_success": tuple(v["vllm:request_success"].values()),
         }
         for name in _ORDER:
@@ -542,13 +555,17 @@ _LABELLED = {
         "counter",
     ),
     "vllm:request_success": ("finished_reason", FINISHED_REASONS, "counter"),
+    "vllm:prompt_tokens_cached_by_source": ("source", CACHE_HIT_SOURCES, "counter"),
+    "vllm:admission_rejections": ("reason", ADMISSION_REASONS, "counter"),
 }
+_NO_ENGINE = frozenset({"vllm:admission_rejections"})
 _HISTOGRAMS = frozenset(
     (*_FINISHED, "vllm:iteration_tokens_total", "vllm:time_to_first_token_seconds",
      "vllm:inter_token_latency_seconds")
 )  # fmt: skip
-# Registration order of vLLM's PrometheusStatLogger (loggers.py at ea5790cc), which is the order
-# prometheus_client exports in; vllm:cache_config_info comes last (log_engine_initialized).
+# Registration order of vLLM's PrometheusStatLogger (loggers.py at ea5790cc, and the families
+# vLLM 0.33.0 added), which is the order prometheus_client exports in; vllm:cache_config_info
+# comes last (log_engine_initialized).
 _ORDER = (
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",
@@ -565,8 +582,10 @@ _ORDER = (
     "vllm:prompt_tokens",
     "vllm:prompt_tokens_by_source",
     "vllm:prompt_tokens_cached",
+    "vllm:prompt_tokens_cached_by_source",
     "vllm:generation_tokens",
     "vllm:request_success",
+    "vllm:admission_rejections",
     "vllm:request_prompt_tokens",
     "vllm:request_generation_tokens",
     "vllm:iteration_tokens_total",
@@ -581,6 +600,7 @@ _ORDER = (
     "vllm:request_inference_time_seconds",
     "vllm:request_prefill_time_seconds",
     "vllm:request_decode_time_seconds",
+    "vllm:request_num_preemptions",
     "vllm:request_prefill_kv_computed_tokens",
 )
 HELP_TEXTS = {
@@ -612,7 +632,16 @@ HELP_TEXTS = {
     "vllm:prompt_tokens": "Number of prefill tokens processed.",
     "vllm:prompt_tokens_by_source": "Number of prompt tokens by source.",
     "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
+    "vllm:prompt_tokens_cached_by_source": (
+        "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+        "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+        "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+        "vllm:external_prefix_cache_hits."
+    ),
     "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:admission_rejections": (
+        "Number of admission attempts rejected by a queue limit, by reason."
+    ),
     "vllm:request_success": "Count of successfully processed requests.",
     "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
     "vllm:request_generation_tokens": "Number of generation tokens processed.",
@@ -632,6 +661,7 @@ HELP_TEXTS = {
     "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
     "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
     "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+    "vllm:request_num_preemptions": "Histogram of the number of times a request was preempted.",
     "vllm:request_prefill_kv_computed_tokens": (
         "Histogram of new KV tokens computed during prefill (excluding cached tokens)."
     ),
