@@ -63,6 +63,9 @@ class Replica:
         self.config = config
         self.scheduler = ReplicaScheduler(index, config, sink)
         self.predictor = predictor
+        # bound once: called for every step or stretch
+        self._decode_steps_time_s = predictor.decode_steps_time_s
+        self._step_time_s = predictor.step_time_s
         self.max_fast_forward_steps = options.max_fast_forward_steps
         if jitter is not None:
             cap = self.max_fast_forward_steps
@@ -180,9 +183,9 @@ class Replica:
             shape = StepShape(s.step_n, s.step_ctx)  # num_decode, decode_context_sum
             jitter = self.jitter
             if jitter is None:
-                duration = self.predictor.decode_steps_time_s(shape, k)
+                duration = self._decode_steps_time_s(shape, k)
             else:
-                predict = self.predictor.decode_steps_time_s
+                predict = self._decode_steps_time_s
                 base = np.array([predict(shape, j) for j in range(1, k + 1)])
                 steps = np.diff(base, prepend=0.0) * jitter.factors(k)
                 cum = self.stretch_cum = np.cumsum(steps)
@@ -202,7 +205,7 @@ class Replica:
                 s.step_prefill_attention,
                 len(s.step_chunks),
             )
-            duration = self.predictor.step_time_s(shape)
+            duration = self._step_time_s(shape)
             if self.jitter is not None:
                 duration *= self.jitter.factor()
             self.stretch_cum = None
@@ -234,7 +237,7 @@ class Replica:
             # smallest j with cum[j-1] >= elapsed (jittered steps: no closed form)
             j = min(int(np.searchsorted(cum[:k], elapsed, side="left")) + 1, k)
             return j, float(cum[j - 1])
-        predict = self.predictor.decode_steps_time_s
+        predict = self._decode_steps_time_s
         shape = self.shape
         # Step times do not shrink as the context grows, so the first j-1 steps take at most
         # (j-1) mean steps: with j = ceil(elapsed / mean step), T(j-1) < elapsed holds and only

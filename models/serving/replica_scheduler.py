@@ -365,12 +365,21 @@ class ReplicaScheduler:
     def crossings(self, steps: int) -> int:
         """KV blocks the decoders need over the next `steps` steps (one per block boundary)."""
         bs = self.block_size
-        full, part = divmod(steps, bs)
+        if steps < bs:
+            full, part = 0, steps
+        else:
+            full, part = divmod(steps, bs)
         total = full * self.n_dec
         if part:
             # decoders crossing at steps step_count .. +part-1: phase[idx], phase[idx-1], ...
-            idx = -self.step_count % bs + bs
-            total += sum((self.phase * 2)[idx - part + 1 : idx + 1])
+            # (indices modulo block_size: the window may wrap around the start of `phase`)
+            idx = -self.step_count % bs
+            lo = idx - part + 1
+            phase = self.phase
+            if lo >= 0:
+                total += sum(phase[lo : idx + 1])
+            else:
+                total += sum(phase[: idx + 1]) + sum(phase[bs + lo :])
         return total
 
     def plan_stretch(self, max_steps: int | None) -> int:
