@@ -1,10 +1,13 @@
-"""Step-time model: its error against the operator timings, and its cost per call.
+"""Step-time model: its error against operator timings and whole-model steps, and its cost.
 
-Refits the coefficients on an operator-timing CSV (default: the bundled H200 measurements) and
-prints, per operator family, rows and median / worst relative error; then the cost of
-``step_time_s`` and ``decode_steps_time_s`` in µs per call on a realistic mix of step shapes.
+Refits the coefficients on an operator-timing CSV and a whole-step CSV (default: the bundled H200
+measurements, the shipped fit) and prints, per operator family, rows and median / worst relative
+error; then every whole step's measured and predicted time and signed error, marked fitted or
+held out, with the medians of each set; then the cost of ``step_time_s`` and
+``decode_steps_time_s`` in µs per call on a realistic mix of step shapes.
 
-    .venv/bin/python bench/steptime_error.py [--csv PATH] [--gpu h200] [--calls 200000]
+    .venv/bin/python bench/steptime_error.py [--csv PATH] [--steps PATH] [--held-out auto|none]
+                                             [--gpu h200] [--calls 200000]
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.calibration import calibrate
+from models.calibration import calibrate, step_table
 from models.execution_time import StepShape
 from models.steptime import RooflinePredictor, build_predictor
 
@@ -64,21 +67,27 @@ def fast_forward_us(predictor: RooflinePredictor, calls: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     default_csv = resources.files("models").joinpath("data", "h200-llama-ops.csv")
-    parser.add_argument("--csv", default=str(default_csv))
+    default_steps = resources.files("models").joinpath("data", "h200-llama-steps.csv")
+    parser.add_argument("--csv", default=str(default_csv), help="operator timings")
+    parser.add_argument("--steps", default=str(default_steps), help="whole-step timings")
+    parser.add_argument("--held-out", default="auto", choices=("auto", "none"))
     parser.add_argument("--gpu", default="h200")
     parser.add_argument("--calls", type=int, default=200_000)
     args = parser.parse_args()
 
     start = time.perf_counter()
-    result = calibrate(args.csv, args.gpu)
+    result = calibrate(args.csv, args.gpu, steps_csv=args.steps, held_out=args.held_out)
     fit_s = time.perf_counter() - start
     print(f"operator timings: {result.source} ({result.rows} rows, fit in {fit_s:.2f} s)")
-    print(f"{'family':<14}{'rows':>6}{'median':>9}{'worst':>9}  worst row")
+    print(f"whole steps: {args.steps} ({len(result.steps)} rows, held out: {args.held_out})")
+    print(f"{'family':<15}{'rows':>5}{'median':>9}{'worst':>9}  worst row")
     for f in result.families:
         print(
-            f"{f.family:<14}{f.rows:>6}{f.median_rel_error:>9.1%}{f.worst_rel_error:>9.1%}"
+            f"{f.family:<15}{f.rows:>5}{f.median_rel_error:>9.1%}{f.worst_rel_error:>9.1%}"
             f"  {f.worst_row}"
         )
+    print()
+    print("\n".join(step_table(result)))
 
     shapes = mixed_shapes(1000)
     start = time.perf_counter()
@@ -89,6 +98,10 @@ def main() -> None:
     print(f"predictor_build_ms {build_ms:.1f}")
     print(f"step_time_s_us_per_call_8b_h200 {per_call_us(predictor, shapes, args.calls):.3f}")
     print(f"step_time_s_us_per_call_70b_h100_tp4 {per_call_us(tp4, shapes, args.calls):.3f}")
+    eager = build_predictor(
+        "llama-3.1-8b", "h200", coefficients=result.coefficients, cudagraph_max_tokens=0
+    )
+    print(f"step_time_s_us_per_call_8b_h200_eager {per_call_us(eager, shapes, args.calls):.3f}")
     print(f"decode_steps_time_s_us_per_call {fast_forward_us(predictor, args.calls // 4):.3f}")
 
 

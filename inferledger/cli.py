@@ -67,13 +67,39 @@ def build_parser() -> argparse.ArgumentParser:
     steptime.add_argument("--batch", type=int, required=True, help="decode sequences")
     steptime.add_argument("--context", type=int, required=True, help="tokens in each one's KV")
     steptime.add_argument("--prefill-tokens", type=int, default=0, help="prompt tokens this step")
+    steptime.add_argument(
+        "--prefill-seqs",
+        type=int,
+        default=1,
+        help="prompts the prefill tokens are split over evenly (attention is per prompt) [1]",
+    )
+    steptime.add_argument(
+        "--enforce-eager", action="store_true", help="no CUDA graphs, as vLLM's --enforce-eager"
+    )
+    steptime.add_argument(
+        "--json", action="store_true", help="print one JSON object (ms, gpu_ms, engine_ms, ...)"
+    )
 
     calibrate = sub.add_parser(
-        "calibrate", help="refit the step-time model to operator timings (CSV)"
+        "calibrate",
+        help="refit the step-time model to operator and/or whole-step timings (CSV)",
     )
-    calibrate.add_argument("ops_csv", metavar="OPS.csv", help="format of h200-llama-ops.csv")
+    calibrate.add_argument(
+        "csv",
+        nargs="+",
+        metavar="CSV",
+        help="operator timings (format of h200-llama-ops.csv) and/or whole steps "
+        "(format of h200-llama-steps.csv), told apart by their columns",
+    )
     calibrate.add_argument("--gpu", default="h200", help="GPU the timings were measured on")
     calibrate.add_argument("--output", "-o", default=None, help="write coefficients JSON here")
+    calibrate.add_argument(
+        "--held-out",
+        choices=("auto", "none"),
+        default="auto",
+        help="whole steps kept out of the fit: auto = the longest-context decode steps and "
+        "the largest prefills; none = fit them all [auto]",
+    )
 
     from inferledger.simulate import add_parser as add_simulate_parser
 
@@ -92,6 +118,23 @@ def build_parser() -> argparse.ArgumentParser:
     from inferledger.users_cli import add_parser as add_users_parser
 
     add_users_parser(sub)
+
+    # `inferledger trace export`: a replay trace from the ledger's requests (ledger/traces.py)
+    trace = sub.add_parser("trace", help="replay traces from the ledger's observed requests")
+    trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
+    export = trace_sub.add_parser(
+        "export",
+        help="write a window's requests as a JSONL trace for `simulate --trace`",
+        description="Write the requests the ledger observed in [--from, --to) as a JSONL "
+        "trace (arrival, prompt and output tokens, prefix-cache group, app, route) that "
+        "`inferledger simulate --trace FILE` replays. The file is written whole or not at all.",
+    )
+    export.add_argument("--db", metavar="PATH", required=True, help="the ledger database file")
+    export.add_argument("--from", dest="start", metavar="TIME", required=True, help="ISO 8601")
+    export.add_argument("--to", dest="end", metavar="TIME", required=True, help="ISO 8601")
+    for name in ("environment", "app", "route", "model"):
+        export.add_argument(f"--{name}", metavar=name.upper(), help=f"only this {name}")
+    export.add_argument("--out", "-o", metavar="FILE", required=True, help="trace to write")
     return parser
 
 
@@ -150,13 +193,16 @@ def _dispatch(args: argparse.Namespace) -> int:
                 prefill_tokens=args.prefill_tokens,
                 tp=args.tp,
                 kv_dtype=args.kv_cache_dtype,
+                prefill_seqs=args.prefill_seqs,
+                enforce_eager=args.enforce_eager,
+                as_json=args.json,
             )
         )
         return 0
     if args.command == "calibrate":
         from models.calibration import calibrate_command
 
-        print(calibrate_command(args.ops_csv, args.output, gpu=args.gpu))
+        print(calibrate_command(args.csv, args.output, gpu=args.gpu, held_out=args.held_out))
         return 0
     if args.command == "demo":
         return run_demo(args)
@@ -176,7 +222,44 @@ def _dispatch(args: argparse.Namespace) -> int:
         from inferledger.users_cli import run as run_users
 
         return run_users(args)
+    if args.command == "trace":
+        return _trace_export(args)
     return 1
+
+
+def _trace_export(args: argparse.Namespace) -> int:
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from inferledger.core.errors import BadInputError, StorageError
+    from inferledger.core.storage import Storage
+    from ledger.traces import TraceWindow, export_trace
+
+    def when(flag: str, text: str) -> datetime:
+        try:
+            value = datetime.fromisoformat(text.strip())
+        except ValueError:
+            raise BadInputError(f"{flag}: not an ISO 8601 time, got {text!r}") from None
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+    window = TraceWindow(
+        when("--from", args.start),
+        when("--to", args.end),
+        environment=args.environment,
+        app=args.app,
+        route=args.route,
+        model=args.model,
+    )
+    db = Path(args.db)
+    if not db.exists():
+        raise StorageError(f"no database at {str(db)!r} (give --db PATH)")
+    with Storage(db) as storage:
+        result = export_trace(storage, window, Path(args.out))
+    left_out = f" ({result.skipped:,} failed or without token counts left out)"
+    print(
+        f"wrote {result.written:,} requests to {result.path}" + (left_out if result.skipped else "")
+    )
+    return 0
 
 
 def _refresh(settings, *, full: bool) -> int:

@@ -1,25 +1,31 @@
-"""Fit the step-time model's coefficients to operator timings (h200-llama-ops.csv format).
+"""Fit the step-time model's coefficients: operator timings first, then whole-model steps.
 
-Each CSV row is one operator timed alone on one GPU in eager PyTorch. The operator model is the
-step model's own term plus a fitted per-kernel launch time (the CPU dispatch gap the harness
-pays around every kernel):
+Stage 1, operator rows (h200-llama-ops.csv format). Each row is one operator timed alone on one
+GPU in eager PyTorch. The operator model is the step model's own term plus a fitted per-kernel
+launch time (the CPU dispatch gap the harness pays around every kernel):
 
     qkv, o, gate_up, down, lm_head:  launch + roofline(bytes / (f_bw·BW), FLOPs / (f_fl·peak))
     attn_prefill:                    launch + 4·n_q·d·pairs / (f·peak_bf16)
     attn_decode:                     launch + KV bytes / (BW · min(f, units·u))
     copy, gemm8192:                  ceilings, reported; copy sets the elementwise fraction
 
-Optional ``step`` rows (a whole engine step measured, e.g. TPOT from ``vllm bench serve``: T
-prefill tokens of one new prompt, B decode sequences at context L each, TP 1) refit the fixed
-per-step overhead. The fit is Levenberg-Marquardt on log(predicted / measured), hand-written on
-numpy (no scipy in the stack), started from fixed values so it is deterministic.
+Stage 2, whole-step rows (h200-llama-steps.csv format), is models.step_calibration: the in-step
+GEMM efficiency, decode attention bandwidth, GPU gap per kernel and eager launch terms fitted to
+whole forward passes with the stage-1 values held, some rows held out and reported apart.
+
+Optional ``step`` rows in the operator format (a whole vLLM engine step measured, e.g. TPOT from
+``vllm bench serve``: T prefill tokens of one new prompt, B decode sequences at context L each,
+TP 1) refit the engine's per-step synchronisation (``engine_sync_s``). This module runs the
+stages in that order (``calibrate``, ``fit_coefficients``) and reports the result (``inferledger
+calibrate``). Both fits are Levenberg-Marquardt on log(predicted / measured), hand-written on
+numpy (models.least_squares), started from fixed values so they are deterministic.
 """
 
 from __future__ import annotations
 
 import csv
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -28,16 +34,26 @@ import numpy as np
 from inferledger.core.errors import BadInputError
 from models.execution_time import StepShape
 from models.gpu_catalog import GpuSpec, Precision, get_gpu, parse_precision
+from models.least_squares import from_free, levenberg_marquardt, to_free
 from models.model_catalog import ModelConfig, ModelProfile, get_model
-from models.steptime import (
+from models.operator_roofline import attention_flops_per_pair, linear_gpu_time
+from models.step_calibration import (
+    HELD_OUT_RULES,
+    StepFit,
+    WholeStep,
+    fit_whole_steps,
+    held_out_mask,
+    is_step_csv,
+    read_step_timings,
+    whole_number,
+)
+from models.step_coefficients import (
     ASSUMED_COEFFICIENTS,
-    RooflinePredictor,
     StepTimeCoefficients,
-    attention_flops_per_pair,
     coefficients_to_json,
     default_coefficients,
-    linear_gpu_time,
 )
+from models.steptime import RooflinePredictor
 
 LINEAR_OPS = ("qkv", "o", "gate_up", "down", "lm_head")
 ATTENTION_OPS = ("attn_prefill", "attn_decode")
@@ -122,6 +138,11 @@ class CalibrationResult:
     fitted: tuple[str, ...]  # coefficients fitted from these rows; the rest were kept
     copy_bandwidth: float | None  # achieved bytes/s of the copy row
     gemm_flops: float | None  # achieved FLOP/s of the gemm8192 row
+    steps: tuple[StepFit, ...] = ()  # whole-step rows, fitted and held out
+    step_sources: tuple[str, ...] = ()
+
+    def step_errors(self, held_out: bool) -> list[float]:
+        return [abs(s.error) for s in self.steps if s.held_out is held_out]
 
     def family(self, name: str) -> FamilyFit:
         for fit in self.families:
@@ -141,12 +162,33 @@ class CalibrationResult:
 
     @property
     def calibrated_on(self) -> str:
-        return f"{self.gpu.name}; {Path(self.source).name} ({self.rows} rows)"
+        text = self.gpu.name
+        if self.rows:
+            text += f"; {Path(self.source).name} ({self.rows} rows)"
+        for source in self.step_sources:
+            fitted = sum(1 for s in self.steps if not s.held_out)
+            text += f"; {Path(source).name} ({fitted} of {len(self.steps)} whole steps fitted)"
+        return text
 
     def to_json(self) -> str:
         assumed = tuple(n for n in ASSUMED_COEFFICIENTS if n not in self.fitted)
+        extra = None
+        if self.steps:
+            extra = {
+                "whole_steps": [
+                    {
+                        "row": s.row.describe(),
+                        "line": s.row.line,
+                        "measured_ms": s.row.seconds * 1e3,
+                        "predicted_ms": round(s.predicted_s * 1e3, 4),
+                        "error": round(s.error, 4),
+                        "held_out": s.held_out,
+                    }
+                    for s in self.steps
+                ]
+            }
         return coefficients_to_json(
-            self.coefficients, self.calibrated_on, self.fit_errors(), assumed
+            self.coefficients, self.calibrated_on, self.fit_errors(), assumed, extra
         )
 
     def save(self, path: str | Path) -> None:
@@ -154,16 +196,6 @@ class CalibrationResult:
 
 
 # --- reading and validating -----------------------------------------------------------------
-
-
-def _whole(value: str, column: str, where: str) -> int:
-    try:
-        number = float(value)
-    except ValueError:
-        raise BadInputError(f"{where}: column {column} is not a number: {value!r}") from None
-    if not math.isfinite(number) or number < 0 or number != int(number):
-        raise BadInputError(f"{where}: column {column} must be a whole number >= 0, got {value!r}")
-    return int(number)
 
 
 def _parse_row(raw: dict[str, str], where: str, line: int) -> OpTiming:
@@ -177,7 +209,7 @@ def _parse_row(raw: dict[str, str], where: str, line: int) -> OpTiming:
         raise BadInputError(f"{where}: column ms is not a number: {ms_text!r}") from None
     if not math.isfinite(ms) or ms <= 0:
         raise BadInputError(f"{where}: column ms must be a positive number, got {ms_text!r}")
-    tokens, batch, context = (_whole(raw[c].strip(), c, where) for c in ("T", "B", "L"))
+    tokens, batch, context = (whole_number(raw[c].strip(), c, where) for c in ("T", "B", "L"))
     dtype = parse_precision(raw["dtype"].strip())
     model = None
     if op not in CEILING_OPS:
@@ -335,51 +367,6 @@ class _OperatorModel:
 # --- the fit --------------------------------------------------------------------------------
 
 
-def _to_free(name: str, value: float) -> float:
-    return math.log(value - 1.0) if name == "linear_sharpness" else math.log(value)
-
-
-def _from_free(name: str, x: float) -> float:
-    x = min(max(x, -50.0), 50.0)
-    return 1.0 + math.exp(x) if name == "linear_sharpness" else math.exp(x)
-
-
-def _levenberg_marquardt(
-    residuals: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, max_iter: int = 300
-) -> np.ndarray:
-    """Minimize ||residuals(x)||² with a forward-difference Jacobian and adaptive damping."""
-    x = x0.copy()
-    r = residuals(x)
-    cost = float(r @ r)
-    damping = 1e-3
-    for _ in range(max_iter):
-        jac = np.empty((r.size, x.size))
-        for j in range(x.size):
-            h = 1e-6 * max(1.0, abs(x[j]))
-            shifted = x.copy()
-            shifted[j] += h
-            jac[:, j] = (residuals(shifted) - r) / h
-        normal = jac.T @ jac
-        grad = jac.T @ r
-        scale = np.maximum(np.diag(normal), 1e-12)
-        while True:
-            step = np.linalg.solve(normal + damping * np.diag(scale), -grad)
-            candidate = x + step
-            r_new = residuals(candidate)
-            new_cost = float(r_new @ r_new)
-            if new_cost < cost:
-                break
-            damping *= 4.0
-            if damping > 1e10:
-                return x
-        improvement = cost - new_cost
-        x, r, cost = candidate, r_new, new_cost
-        damping = max(damping / 3.0, 1e-12)
-        if improvement < 1e-12 * max(cost, 1e-30) or np.max(np.abs(step)) < 1e-10:
-            break
-    return x
-
-
 def _family_fits(rows: Sequence[OpTiming], predicted: np.ndarray) -> list[FamilyFit]:
     by_family: dict[str, list[tuple[float, OpTiming]]] = {}
     for row, pred in zip(rows, predicted, strict=True):
@@ -407,6 +394,7 @@ def _step_shape(row: OpTiming) -> StepShape:
 def _predict_steps(
     rows: Sequence[OpTiming], gpu: GpuSpec, coef: StepTimeCoefficients
 ) -> np.ndarray:
+    """vLLM engine steps (``step`` rows in the operator format): the product's own model."""
     predictors: dict[tuple[str, Precision], RooflinePredictor] = {}
     out = []
     for row in rows:
@@ -418,27 +406,44 @@ def _predict_steps(
     return np.array(out)
 
 
+def _step_family(name: str, fits: Sequence[StepFit]) -> FamilyFit:
+    worst = max(fits, key=lambda f: abs(f.error))
+    return FamilyFit(
+        name,
+        len(fits),
+        float(np.median([abs(f.error) for f in fits])),
+        abs(worst.error),
+        f"line {worst.row.line}: {worst.row.describe()}",
+    )
+
+
 def fit_coefficients(
     rows: Sequence[OpTiming],
     gpu: GpuSpec,
     source: str = "",
     base: StepTimeCoefficients | None = None,
+    whole_steps: Sequence[WholeStep] = (),
+    held_out: str = "auto",
+    step_sources: Sequence[str] = (),
 ) -> CalibrationResult:
-    """Fit every coefficient the rows can tell; keep the others from ``base`` (the shipped fit)."""
+    """Fit every coefficient the rows can tell; keep the others from ``base`` (the shipped fit).
+
+    Operator rows first (stage 1), then whole steps (stage 2) on top of the stage-1 values, then
+    ``step`` rows measured on vLLM refit the engine's synchronisation on top of both."""
     base = base if base is not None else default_coefficients()
     model = _OperatorModel(rows, gpu)
     names = model.active_parameters()
     start = replace(base, **{n: getattr(START_COEFFICIENTS, n) for n in names})
-    log_measured = np.log(model.measured)
+    log_measured = np.log(model.measured) if model.rows else np.zeros(0)
 
     def coefficients_at(x: np.ndarray) -> StepTimeCoefficients:
-        return replace(start, **{n: _from_free(n, v) for n, v in zip(names, x, strict=True)})
+        return replace(start, **{n: from_free(n, v) for n, v in zip(names, x, strict=True)})
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return np.log(model.predict(coefficients_at(x))) - log_measured
 
-    x0 = np.array([_to_free(n, getattr(start, n)) for n in names])
-    coef = coefficients_at(_levenberg_marquardt(residuals, x0)) if names else start
+    x0 = np.array([to_free(n, getattr(start, n)) for n in names])
+    coef = coefficients_at(levenberg_marquardt(residuals, x0)) if names else start
     fitted = list(names)
 
     copies = [r for r in rows if r.op == "copy"]
@@ -452,15 +457,23 @@ def fit_coefficients(
     if gemms:
         gemm_flops = float(np.median([2.0 * GEMM_CEILING_SIZE**3 / r.seconds for r in gemms]))
 
-    families = _family_fits(model.rows, model.predict(coef))
+    families = _family_fits(model.rows, model.predict(coef)) if model.rows else []
+    step_fits: tuple[StepFit, ...] = ()
+    if whole_steps:
+        mask = held_out_mask(whole_steps, held_out)
+        coef, step_names, step_fits = fit_whole_steps(whole_steps, gpu, coef, mask)
+        fitted += step_names
+        families.append(_step_family("steps/fitted", [f for f in step_fits if not f.held_out]))
+        if any(mask):
+            families.append(_step_family("steps/held_out", [f for f in step_fits if f.held_out]))
     steps = [r for r in rows if r.op == STEP_OP]
     if steps:
         if any(not gpu.supports(r.dtype) for r in steps):
             raise BadInputError(f"step rows use fp8 but {gpu.name} has no fp8 tensor cores")
         measured = np.array([r.seconds for r in steps])
-        without = _predict_steps(steps, gpu, replace(coef, step_overhead_s=0.0))
-        coef = replace(coef, step_overhead_s=max(0.0, float(np.median(measured - without))))
-        fitted.append("step_overhead_s")
+        without = _predict_steps(steps, gpu, replace(coef, engine_sync_s=0.0))
+        coef = replace(coef, engine_sync_s=max(0.0, float(np.median(measured - without))))
+        fitted.append("engine_sync_s")
         families += _family_fits(steps, _predict_steps(steps, gpu, coef))
     return CalibrationResult(
         coefficients=coef,
@@ -471,6 +484,8 @@ def fit_coefficients(
         fitted=tuple(fitted),
         copy_bandwidth=copy_bandwidth,
         gemm_flops=gemm_flops,
+        steps=step_fits,
+        step_sources=tuple(step_sources),
     )
 
 
@@ -478,10 +493,39 @@ def calibrate(
     ops_csv_path: str | Path,
     gpu: str | GpuSpec = "h200",
     base: StepTimeCoefficients | None = None,
+    steps_csv: str | Path | None = None,
+    held_out: str = "auto",
 ) -> CalibrationResult:
-    """Read operator timings measured on ``gpu`` and fit the step-time coefficients to them."""
-    rows = read_op_timings(ops_csv_path)
-    return fit_coefficients(rows, get_gpu(gpu), str(ops_csv_path), base)
+    """Fit the step-time coefficients to timings measured on ``gpu``: operator rows from
+    ``ops_csv_path`` and, when given, whole steps from ``steps_csv``. ``ops_csv_path`` may
+    itself be a whole-step CSV (recognised by its columns): the operator values then stay
+    those of ``base``."""
+    return calibrate_files(
+        [ops_csv_path] + ([steps_csv] if steps_csv is not None else []), gpu, base, held_out
+    )
+
+
+def calibrate_files(
+    paths: Sequence[str | Path],
+    gpu: str | GpuSpec = "h200",
+    base: StepTimeCoefficients | None = None,
+    held_out: str = "auto",
+) -> CalibrationResult:
+    """Calibrate on any mix of operator and whole-step CSVs (at most one of each)."""
+    if held_out not in HELD_OUT_RULES:
+        raise BadInputError(f"unknown held-out rule {held_out!r} (expected auto or none)")
+    if not paths:
+        raise BadInputError("give at least one calibration CSV")
+    ops_paths = [p for p in paths if not is_step_csv(p)]
+    step_paths = [p for p in paths if p not in ops_paths]
+    if len(ops_paths) > 1 or len(step_paths) > 1:
+        raise BadInputError("give at most one operator CSV and one whole-step CSV")
+    ops = read_op_timings(ops_paths[0]) if ops_paths else ()
+    whole = read_step_timings(step_paths[0]) if step_paths else ()
+    source = str(ops_paths[0]) if ops_paths else str(step_paths[0])
+    return fit_coefficients(
+        ops, get_gpu(gpu), source, base, whole, held_out, [str(p) for p in step_paths]
+    )
 
 
 def predict_op_s(
@@ -500,22 +544,50 @@ def predict_op_s(
 # --- report and CLI helper ------------------------------------------------------------------
 
 
+def step_table(result: CalibrationResult) -> list[str]:
+    """Per whole-step row: measured, predicted, signed error, fitted or held out; medians."""
+    if not result.steps:
+        return []
+    lines = [
+        f"{'whole step':<48}{'measured':>10}{'predicted':>11}{'error':>8}  set",
+    ]
+    for s in result.steps:
+        lines.append(
+            f"{s.row.describe():<48}{s.row.seconds * 1e3:>7.3f} ms{s.predicted_s * 1e3:>8.3f} ms"
+            f"{s.error:>+8.1%}  {'held out' if s.held_out else 'fitted'}"
+        )
+    for label, held in (("fitted", False), ("held-out", True)):
+        errors = result.step_errors(held)
+        if errors:
+            lines.append(
+                f"whole steps, {label}: {len(errors)} rows, median |error| "
+                f"{float(np.median(errors)):.1%}, worst {max(errors):.1%}"
+            )
+    return lines
+
+
 def format_report(result: CalibrationResult) -> str:
     gpu, c = result.gpu, result.coefficients
+    if result.rows:
+        what = f"{result.source}: {result.rows} rows"
+    else:
+        what = f"{result.source}: whole steps only (operator coefficients kept)"
     lines = [
-        f"Calibrated on {result.source}: {result.rows} rows, as {gpu.name} "
+        f"Calibrated on {what}, as {gpu.name} "
         f"({gpu.memory_bandwidth / 1e12:.2f} TB/s, {gpu.bf16_flops / 1e12:,.0f} bf16"
         + (f" / {gpu.fp8_flops / 1e12:,.0f} fp8" if gpu.fp8_flops else "")
         + " dense TFLOP/s)",
         "",
-        f"{'family':<14}{'rows':>6}{'median':>9}{'worst':>9}  worst row",
+        f"{'family':<15}{'rows':>5}{'median':>9}{'worst':>9}  worst row",
     ]
     for f in result.families:
         lines.append(
-            f"{f.family:<14}{f.rows:>6}{f.median_rel_error:>9.1%}{f.worst_rel_error:>9.1%}"
+            f"{f.family:<15}{f.rows:>5}{f.median_rel_error:>9.1%}{f.worst_rel_error:>9.1%}"
             f"  {f.worst_row}"
         )
     lines.append("")
+    if result.steps:
+        lines += [*step_table(result), ""]
     if result.copy_bandwidth:
         lines.append(
             f"ceiling: copy {result.copy_bandwidth / 1e12:.2f} TB/s "
@@ -536,8 +608,16 @@ def format_report(result: CalibrationResult) -> str:
         f"peak bandwidth (launch {c.attn_decode_launch_s * 1e6:.1f} µs; without split-KV one "
         f"(sequence, KV head) reaches {c.attn_decode_unit_bw_fraction:.2%})",
         f"elementwise: {c.elementwise_bw_fraction:.1%} of peak bandwidth",
-        f"per step: {c.step_overhead_s * 1e6:.0f} µs fixed, {c.graph_kernel_gap_s * 1e6:.1f} µs "
-        f"per kernel in CUDA graphs; all-reduce at {c.allreduce_bw_fraction:.0%} of link bandwidth",
+        f"in a whole step: linear layers at {c.step_linear_flops_scale:.1%} of their isolated "
+        f"FLOP/s (bf16 {c.linear_bf16_flops_fraction * c.step_linear_flops_scale:.1%} of peak), "
+        f"decode attention at {c.attn_decode_bw_fraction * c.step_attn_decode_bw_scale:.1%} of "
+        f"peak bandwidth; {c.graph_kernel_gap_s * 1e6:.2f} µs GPU gap per kernel; eager launch "
+        f"{c.step_launch_s * 1e6:.2f} µs per kernel (smooth max, sharpness "
+        f"{c.launch_sharpness:.1f})",
+        f"engine CPU per step: {c.engine_step_cpu_s * 1e6:.0f} µs + {c.engine_seq_cpu_s * 1e6:.1f}"
+        f" µs per sequence (beside the forward pass with async scheduling), "
+        f"{c.engine_sync_s * 1e6:.0f} µs on the critical path; all-reduce at "
+        f"{c.allreduce_bw_fraction:.0%} of link bandwidth",
     ]
     kept = [f.name for f in fields(StepTimeCoefficients) if f.name not in result.fitted]
     if kept:
@@ -555,9 +635,16 @@ def format_report(result: CalibrationResult) -> str:
     return "\n".join(lines)
 
 
-def calibrate_command(csv_path: str, output: str | None = None, gpu: str = "h200") -> str:
-    """Text for ``inferledger calibrate``: refit from a CSV, report, optionally write the JSON."""
-    result = calibrate(csv_path, gpu)
+def calibrate_command(
+    csv_paths: str | Sequence[str],
+    output: str | None = None,
+    gpu: str = "h200",
+    held_out: str = "auto",
+) -> str:
+    """Text for ``inferledger calibrate``: refit from operator and/or whole-step CSVs, report,
+    optionally write the JSON."""
+    paths = [csv_paths] if isinstance(csv_paths, str) else list(csv_paths)
+    result = calibrate_files(paths, gpu, held_out=held_out)
     text = format_report(result)
     if output:
         try:

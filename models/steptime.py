@@ -1,17 +1,27 @@
-"""Roofline step-time model of one vLLM V1 replica, calibrated on operator timings.
+"""Roofline step-time model of one vLLM V1 replica, calibrated on operator and whole-step timings.
 
-A step's GPU work is the sum of operator terms, each ``max``-like in a memory time (bytes over an
+A step is two things that run side by side: the **GPU forward pass** and the **engine's CPU work**.
+
+The forward pass is a sum of operator terms, each ``max``-like in a memory time (bytes over an
 achieved fraction of HBM bandwidth) and a compute time (FLOPs over an achieved fraction of dense
 peak): the matmul weights read once per step and the linear-layer FLOPs of every token; decode
 attention reading the KV cache; prefill attention FLOPs; the LM head with sampling; norms, rotary,
-activation and KV writes; the tensor-parallel all-reduces; and a small gap per kernel. The step
-then costs ``fixed overhead + max(GPU work, CPU launch time)``: with CUDA graphs (pure-decode
-steps) the CPU launches nothing per kernel, in eager steps it launches every kernel and the GPU
-may outrun it. docs/simulator-calibration.md explains each term, the fit and its errors.
+activation and KV writes; the tensor-parallel all-reduces; and a gap per kernel. Outside CUDA
+graphs the CPU launches every kernel while the GPU runs them, and the forward pass costs a smooth
+maximum of the two (the CPU runs ahead of long kernels and falls behind on short ones).
 
-The achieved fractions are fitted by models.calibration on shared/reference/h200-llama-ops.csv
-(a copy ships in models/data/) and stored in models/data/steptime_coefficients.json. They are
+The engine's CPU work per step (scheduler, input preparation, output processing) runs beside the
+forward pass when vLLM's async scheduling is on (the default since vLLM 0.14) and before it when
+off; a small synchronisation remains on the critical path either way.
+
+The single-operator roofline formulas live in models.operator_roofline and the coefficients (and
+their file) in models.step_coefficients. Operator fractions are fitted by models.calibration on
+shared/reference/h200-llama-ops.csv; the in-step efficiencies, kernel gap and launch terms by
+models.step_calibration on whole-model steps (shared/reference/h200-llama-steps.csv); both
+copies ship in models/data/ and the result in models/data/steptime_coefficients.json. The engine
+CPU terms are documented assumptions (whole vLLM steps refit the synchronisation). They are
 fractions of the H200's peaks and are applied to other GPUs' peaks as they are — an assumption.
+docs/simulator-calibration.md explains each term.
 
 Speed: the simulator prices about a million steps per simulated hour, so everything that depends
 only on the token count is tabulated at construction and ``step_time_s`` is a few list lookups and
@@ -20,15 +30,10 @@ multiplications (about 1 µs in CPython; bench/steptime_error.py measures it).
 
 from __future__ import annotations
 
-import functools
 import json
 import math
-from collections.abc import Mapping
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from importlib import resources
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
@@ -45,14 +50,26 @@ from models.model_catalog import (
     kv_cache_capacity,
     make_profile,
 )
-
-COEFFICIENTS_FORMAT = 1
+from models.operator_roofline import (
+    attention_flops_per_pair,
+    elementwise_bytes_per_token,
+    harness_elementwise_bytes_per_token,
+    layer_linear_shapes,
+    linear_gpu_time,
+    smooth_max,
+)
+from models.step_coefficients import StepTimeCoefficients, default_coefficients
 
 # Kernels per layer in a vLLM forward pass after torch.compile fusion: 2 fused residual+RMSNorm,
 # qkv, rotary, KV-cache write, attention, o, gate_up, SiLU·mul, down (+2 all-reduces at TP > 1);
 # per step: embedding, final norm, LM head, logits gather and two sampler kernels.
 KERNELS_PER_LAYER = 10
 KERNELS_PER_STEP = 6
+# The reference harness of h200-llama-steps.csv (its README): RMSNorm, qkv, SDPA, o, residual
+# add, RMSNorm, gate_up, SiLU, mul, down, residual add per layer; embedding, final norm and the
+# LM head per step. No rotary, KV write, sampling or engine work.
+HARNESS_KERNELS_PER_LAYER = 11
+HARNESS_KERNELS_PER_STEP = 3
 # Bytes of fp32 logits each sampled sequence moves: write, softmax read+write, sample read.
 SAMPLING_BYTES_PER_VOCAB_ENTRY = 16
 # vLLM V1 captures CUDA graphs for batches up to 512 tokens by default.
@@ -60,197 +77,14 @@ DEFAULT_CUDAGRAPH_MAX_TOKENS = 512
 DEFAULT_TABLE_TOKENS = 16384
 
 
-@dataclass(frozen=True, slots=True)
-class StepTimeCoefficients:
-    """Achieved fractions of peak and fixed costs. Times in seconds.
+class StepScope(StrEnum):
+    """What a predicted step contains: a vLLM engine step, or the forward pass alone as the
+    reference harness of h200-llama-steps.csv measured it (no rotary, KV write, sampling or
+    engine CPU; unfused norms and activation). Calibration predicts the harness; the product
+    predicts vLLM."""
 
-    The first group is fitted on operator timings (models.calibration); the last three are
-    assumptions that single-GPU operator timings cannot measure (``step_overhead_s`` is refitted
-    when the calibration CSV has whole-step rows).
-    """
-
-    linear_launch_s: float  # eager dispatch gap per linear kernel, as the operator timings see it
-    attn_prefill_launch_s: float
-    attn_decode_launch_s: float
-    linear_bf16_bw_fraction: float
-    linear_fp8_bw_fraction: float
-    linear_bf16_flops_fraction: float
-    linear_fp8_flops_fraction: float
-    linear_sharpness: float  # p of the p-norm (mem^p + compute^p)^(1/p); large p -> max
-    attn_prefill_flops_fraction: float
-    attn_decode_bw_fraction: float
-    # Bandwidth one (sequence, KV head) work unit reaches in the measured decode kernel, which does
-    # not split the KV across thread blocks. vLLM's kernels do, so the step model ignores it.
-    attn_decode_unit_bw_fraction: float
-    elementwise_bw_fraction: float  # from the 1 GiB copy row
-    graph_kernel_gap_s: float = 3e-6
-    step_overhead_s: float = 3e-4
-    allreduce_bw_fraction: float = 0.7
-
-    def __post_init__(self) -> None:
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise BadInputError(f"coefficient {f.name} must be a number, got {value!r}")
-            if not math.isfinite(value) or value < 0:
-                raise BadInputError(f"coefficient {f.name} must be finite and >= 0, got {value!r}")
-            if f.name.endswith("_fraction") and value == 0:
-                raise BadInputError(f"coefficient {f.name} must be positive")
-
-    def linear_bw_fraction(self, precision: Precision) -> float:
-        if precision is Precision.BF16:
-            return self.linear_bf16_bw_fraction
-        return self.linear_fp8_bw_fraction
-
-    def linear_flops_fraction(self, precision: Precision) -> float:
-        if precision is Precision.BF16:
-            return self.linear_bf16_flops_fraction
-        return self.linear_fp8_flops_fraction
-
-
-ASSUMED_COEFFICIENTS = ("graph_kernel_gap_s", "step_overhead_s", "allreduce_bw_fraction")
-
-
-def coefficients_to_json(
-    coefficients: StepTimeCoefficients,
-    calibrated_on: str = "",
-    fit: Mapping[str, Mapping[str, float]] | None = None,
-    assumed: tuple[str, ...] = ASSUMED_COEFFICIENTS,
-) -> str:
-    """The coefficients file: values, what they were fitted on, and the fit's errors."""
-    doc: dict[str, Any] = {
-        "format": COEFFICIENTS_FORMAT,
-        "calibrated_on": calibrated_on,
-        "coefficients": asdict(coefficients),
-        "assumed": list(assumed),
-    }
-    if fit is not None:
-        doc["fit"] = {k: dict(v) for k, v in fit.items()}
-    return json.dumps(doc, indent=2) + "\n"
-
-
-def coefficients_from_json(text: str, where: str = "coefficients") -> StepTimeCoefficients:
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise BadInputError(f"{where} is not valid JSON (line {exc.lineno})") from None
-    if not isinstance(doc, dict) or doc.get("format") != COEFFICIENTS_FORMAT:
-        raise BadInputError(
-            f"{where}: expected a coefficients file of format {COEFFICIENTS_FORMAT}"
-        )
-    values = doc.get("coefficients")
-    if not isinstance(values, dict):
-        raise BadInputError(f"{where}: missing the 'coefficients' mapping")
-    names = {f.name for f in fields(StepTimeCoefficients)}
-    unknown = sorted(set(values) - names)
-    if unknown:
-        raise BadInputError(f"{where}: unknown coefficient(s) {', '.join(unknown)}")
-    missing = [
-        f.name
-        for f in fields(StepTimeCoefficients)
-        if f.default is MISSING and f.name not in values
-    ]
-    if missing:
-        raise BadInputError(f"{where}: missing coefficient(s) {', '.join(missing)}")
-    try:
-        return StepTimeCoefficients(**values)
-    except BadInputError as exc:
-        raise BadInputError(f"{where}: {exc}") from None
-
-
-def load_coefficients(path: str | Path | None = None) -> StepTimeCoefficients:
-    """Read a coefficients JSON (the shipped H200 fit when ``path`` is None)."""
-    if path is None:
-        return default_coefficients()
-    try:
-        text = Path(path).read_text("utf-8")
-    except OSError as exc:
-        raise BadInputError(f"coefficients file {path}: {exc.strerror or exc}") from None
-    return coefficients_from_json(text, f"coefficients file {path}")
-
-
-def save_coefficients(
-    coefficients: StepTimeCoefficients,
-    path: str | Path,
-    calibrated_on: str = "",
-    fit: Mapping[str, Mapping[str, float]] | None = None,
-) -> None:
-    Path(path).write_text(coefficients_to_json(coefficients, calibrated_on, fit), "utf-8")
-
-
-@functools.cache
-def default_coefficients() -> StepTimeCoefficients:
-    """The shipped fit (models/data/steptime_coefficients.json), read on first use."""
-    text = resources.files("models").joinpath("data", "steptime_coefficients.json").read_text()
-    return coefficients_from_json(text, "models/data/steptime_coefficients.json")
-
-
-# --- operator terms, shared with the calibration so both use one formula ----------------------
-
-
-def roofline(memory_s: Any, compute_s: Any, sharpness: float) -> Any:
-    """Smooth maximum (p-norm) of a memory and a compute time; arrays or floats, both >= 0."""
-    top = np.maximum(memory_s, compute_s)
-    safe = np.where(top > 0, top, 1.0)
-    return top * ((memory_s / safe) ** sharpness + (compute_s / safe) ** sharpness) ** (
-        1.0 / sharpness
-    )
-
-
-def linear_bytes(tokens: Any, k: float, n: float, precision: Precision) -> Any:
-    """Weights (K×N) + input (T×K, fp8 when the GEMM is fp8) + bf16 output (T×N)."""
-    b = precision.bytes_per_element
-    return k * n * b + tokens * k * b + tokens * n * 2
-
-
-def linear_gpu_time(
-    tokens: Any,
-    k: float,
-    n: float,
-    precision: Precision,
-    gpu: GpuSpec,
-    coefficients: StepTimeCoefficients,
-) -> Any:
-    """GPU time of x[T,K]·W[K,N], launch excluded."""
-    memory = linear_bytes(tokens, k, n, precision) / (
-        gpu.memory_bandwidth * coefficients.linear_bw_fraction(precision)
-    )
-    compute = (
-        (2.0 * k * n)
-        * tokens
-        / (gpu.peak_flops(precision) * coefficients.linear_flops_fraction(precision))
-    )
-    return roofline(memory, compute, coefficients.linear_sharpness)
-
-
-def attention_flops_per_pair(num_q_heads: int, head_dim: int) -> int:
-    """QKᵀ and AV for one (query, key) pair, one layer."""
-    return 4 * num_q_heads * head_dim
-
-
-def layer_linear_shapes(config: ModelConfig, tp: int) -> tuple[tuple[int, int], ...]:
-    """(K, N) per GPU of qkv, o, gate_up and down (column- then row-parallel under TP)."""
-    h, d = config.hidden_size, config.head_dim
-    kv_heads = max(1, config.num_kv_heads // tp)
-    return (
-        (h, (config.num_q_heads // tp + 2 * kv_heads) * d),
-        (config.num_q_heads // tp * d, h),
-        (h, 2 * config.ffn_size // tp),
-        (config.ffn_size // tp, h),
-    )
-
-
-def elementwise_bytes_per_token(profile: ModelProfile) -> float:
-    """Activation bytes one token moves per layer outside the GEMMs and attention, per GPU:
-    two fused residual+RMSNorm (read x and residual, write both), rotary on q and k, the
-    KV-cache write, and SiLU·mul over the gate/up output. bf16 activations."""
-    c, tp = profile.config, profile.tp
-    kv_heads = profile.kv_heads_per_gpu
-    norms = 2 * 4 * c.hidden_size * 2
-    rotary = 2 * (c.num_q_heads // tp + kv_heads) * c.head_dim * 2
-    kv_write = 2 * kv_heads * c.head_dim * (2 + profile.kv_dtype.bytes_per_element)
-    silu = 3 * (c.ffn_size // tp) * 2
-    return float(norms + rotary + kv_write + silu)
+    VLLM = "vllm"
+    HARNESS = "harness"
 
 
 class ExecutionMode(StrEnum):
@@ -263,7 +97,11 @@ class ExecutionMode(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class StepTimeBreakdown:
-    """One step's predicted time by term (seconds). total = fixed + max(GPU work, CPU launch)."""
+    """One step's predicted time by term (seconds).
+
+    forward (``gpu_s``) = smooth max(GPU work, CPU launch time), or the GPU work alone in a full
+    CUDA graph; the step (``total_s``) adds the engine's CPU time that the forward pass does not
+    hide (``engine_s``)."""
 
     mode: ExecutionMode
     linear_s: float
@@ -275,10 +113,13 @@ class StepTimeBreakdown:
     kernel_gaps_s: float
     num_kernels: int
     cpu_launch_s: float
-    fixed_s: float
+    engine_cpu_s: float  # the engine's CPU work this step, hidden or not
+    engine_s: float  # the part of it on the critical path
+    launch_sharpness: float
+    async_scheduling: bool
 
     @property
-    def gpu_s(self) -> float:
+    def gpu_work_s(self) -> float:
         return (
             self.linear_s
             + self.decode_attention_s
@@ -290,12 +131,24 @@ class StepTimeBreakdown:
         )
 
     @property
+    def gpu_s(self) -> float:
+        """The forward pass: what a CUDA-graph replay or an eager forward takes."""
+        if self.cpu_launch_s <= 0.0:
+            return self.gpu_work_s
+        return smooth_max(self.gpu_work_s, self.cpu_launch_s, self.launch_sharpness)
+
+    @property
+    def launch_exposed_s(self) -> float:
+        """What eager kernel launches add to the GPU work."""
+        return self.gpu_s - self.gpu_work_s
+
+    @property
     def cpu_bound(self) -> bool:
-        return self.cpu_launch_s > self.gpu_s
+        return self.cpu_launch_s > self.gpu_work_s
 
     @property
     def total_s(self) -> float:
-        return self.fixed_s + max(self.gpu_s, self.cpu_launch_s)
+        return self.gpu_s + self.engine_s
 
 
 class RooflinePredictor:
@@ -303,24 +156,33 @@ class RooflinePredictor:
 
     Build with :func:`build_predictor` from names, or directly from a ModelProfile and GpuSpec.
     ``cudagraph_max_tokens`` is vLLM's largest captured batch (0 = ``--enforce-eager``);
+    ``async_scheduling`` overlaps the engine's CPU work with the forward pass (vLLM's default
+    since 0.14; off for older engines or ``--no-async-scheduling``); ``scope`` HARNESS predicts
+    the forward pass alone as the reference harness measured it (calibration only);
     ``table_tokens`` bounds the precomputed tables (larger steps are computed, just slower).
     """
 
     __slots__ = (
+        "_async",
         "_cpu_decode",
         "_cpu_eager",
         "_cpu_mixed",
         "_ctx_s",
-        "_fixed",
+        "_engine_seq",
+        "_engine_step",
         "_graph_tokens",
         "_lm",
         "_n",
         "_pair_s",
+        "_q",
+        "_sync",
         "_tok",
+        "async_scheduling",
         "coefficients",
         "cudagraph_max_tokens",
         "gpu",
         "profile",
+        "scope",
     )
 
     def __init__(
@@ -330,6 +192,9 @@ class RooflinePredictor:
         coefficients: StepTimeCoefficients | None = None,
         cudagraph_max_tokens: int = DEFAULT_CUDAGRAPH_MAX_TOKENS,
         table_tokens: int = DEFAULT_TABLE_TOKENS,
+        *,
+        async_scheduling: bool = True,
+        scope: StepScope = StepScope.VLLM,
     ) -> None:
         gpu.require(profile.weight_dtype, "weights")
         gpu.require(profile.kv_dtype, "KV cache")
@@ -339,6 +204,8 @@ class RooflinePredictor:
         self.gpu = gpu
         self.coefficients = coefficients if coefficients is not None else default_coefficients()
         self.cudagraph_max_tokens = cudagraph_max_tokens
+        self.async_scheduling = async_scheduling
+        self.scope = StepScope(scope)
         coef = self.coefficients
         c, tp = profile.config, profile.tp
         layers = c.num_layers
@@ -350,47 +217,60 @@ class RooflinePredictor:
 
         # Decode attention per context token (all layers): KV bytes at the achieved bandwidth, or
         # its FLOPs if that were ever slower. vLLM's decode kernels split long contexts across
-        # thread blocks, so the measured kernel's per-sequence parallelism limit is not applied.
+        # thread blocks, so the measured kernel's per-sequence parallelism limit is not applied
+        # (and the whole steps, fitted without it, agree: docs/simulator-calibration.md).
         q_heads = c.num_q_heads // tp
         kv_per_layer = profile.kv_bytes_per_token_per_gpu / layers
         flops_pair = attention_flops_per_pair(q_heads, c.head_dim)
+        decode_bw = coef.attn_decode_bw_fraction * coef.step_attn_decode_bw_scale
         self._ctx_s = layers * max(
-            kv_per_layer / (gpu.memory_bandwidth * coef.attn_decode_bw_fraction),
+            kv_per_layer / (gpu.memory_bandwidth * decode_bw),
             flops_pair / (gpu.bf16_flops * coef.attn_prefill_flops_fraction),
         )
         # Prefill attention per (query, key) pair, all layers; bf16 flash attention.
         self._pair_s = layers * flops_pair / (gpu.bf16_flops * coef.attn_prefill_flops_fraction)
 
-        # CPU launch time of the kernels launched outside CUDA graphs.
-        other_kernels = KERNELS_PER_LAYER - 1 + (2 if tp > 1 else 0)
+        # CPU launch time of the kernels launched outside CUDA graphs: every kernel when eager;
+        # attention plus one launch per graph piece in a piecewise-graph (mixed) step.
         self._cpu_decode = 0.0
-        self._cpu_mixed = layers * coef.attn_prefill_launch_s + (layers + 1) * coef.linear_launch_s
-        self._cpu_eager = (
-            layers * (coef.attn_prefill_launch_s + other_kernels * coef.linear_launch_s)
-            + KERNELS_PER_STEP * coef.linear_launch_s
-        )
+        self._cpu_mixed = (2 * layers + 1) * coef.step_launch_s
+        self._cpu_eager = self.num_kernels * coef.step_launch_s
+        self._q = coef.launch_sharpness
         self._graph_tokens = cudagraph_max_tokens
-        self._fixed = coef.step_overhead_s
+        vllm = self.scope is StepScope.VLLM
+        self._engine_step = coef.engine_step_cpu_s if vllm else 0.0
+        self._engine_seq = coef.engine_seq_cpu_s if vllm else 0.0
+        self._sync = coef.engine_sync_s if vllm else 0.0
+        self._async = async_scheduling or not vllm
 
     # --- tables (vectorized over token counts) ---
 
     @property
     def num_kernels(self) -> int:
-        per_layer = KERNELS_PER_LAYER + (2 if self.profile.tp > 1 else 0)
-        return self.profile.config.num_layers * per_layer + KERNELS_PER_STEP
+        if self.scope is StepScope.HARNESS:
+            layer, step = HARNESS_KERNELS_PER_LAYER, HARNESS_KERNELS_PER_STEP
+        else:
+            layer, step = KERNELS_PER_LAYER + (2 if self.profile.tp > 1 else 0), KERNELS_PER_STEP
+        return self.profile.config.num_layers * layer + step
 
     def _token_terms(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(linear layers, elementwise, all-reduce) seconds for T tokens, all layers."""
         p, gpu, coef = self.profile, self.gpu, self.coefficients
         c = p.config
+        scale = coef.step_linear_flops_scale
         linear = sum(
-            linear_gpu_time(tokens, k, n, p.weight_dtype, gpu, coef)
+            linear_gpu_time(tokens, k, n, p.weight_dtype, gpu, coef, scale)
             for k, n in layer_linear_shapes(c, p.tp)
         )
         linear = c.num_layers * np.where(tokens > 0, linear, 0.0)
+        per_token = (
+            harness_elementwise_bytes_per_token(p)
+            if self.scope is StepScope.HARNESS
+            else elementwise_bytes_per_token(p)
+        )
         elementwise = (
             c.num_layers
-            * elementwise_bytes_per_token(p)
+            * per_token
             * tokens
             / (gpu.memory_bandwidth * coef.elementwise_bw_fraction)
         )
@@ -417,10 +297,20 @@ class RooflinePredictor:
         """(LM head GEMM, sampling + logits gather) seconds for ``seqs`` sampled rows."""
         p, gpu, coef = self.profile, self.gpu, self.coefficients
         c = p.config
-        head = linear_gpu_time(seqs, c.hidden_size, c.vocab_size / p.tp, p.weight_dtype, gpu, coef)
+        head = linear_gpu_time(
+            seqs,
+            c.hidden_size,
+            c.vocab_size / p.tp,
+            p.weight_dtype,
+            gpu,
+            coef,
+            coef.step_linear_flops_scale,
+        )
         head = np.where(seqs > 0, head, 0.0)
         sampling = (
-            seqs
+            0.0
+            if self.scope is StepScope.HARNESS
+            else seqs
             * c.vocab_size
             * SAMPLING_BYTES_PER_VOCAB_ENTRY
             / (gpu.memory_bandwidth * coef.elementwise_bw_fraction)
@@ -457,11 +347,26 @@ class RooflinePredictor:
         else:
             c = self._cpu_decode if t <= self._graph_tokens else self._cpu_eager
         g += shape.decode_context_sum * self._ctx_s
-        return self._fixed + (g if g > c else c)
+        if c > 0.0:  # the forward pass: smooth max of GPU work and CPU launches
+            q = self._q
+            top = g if g > c else c
+            f = top * ((g / top) ** q + (c / top) ** q) ** (1.0 / q)
+        else:
+            f = g
+        e = self._engine_step + self._engine_seq * nl
+        if self._async:  # engine CPU beside the forward pass, on the CPU after the launches
+            w = c + e
+            return (f if f > w else w) + self._sync
+        return f + e + self._sync
 
     def decode_steps_time_s(self, shape: StepShape, steps: int) -> float:
-        """Exact sum of ``steps`` pure-decode steps, context growing by num_decode each step,
-        in O(1): step i costs fixed + max(A + (S0 + i·B)·k, C), a linear term against a constant."""
+        """Exact sum of ``steps`` pure-decode steps, context growing by num_decode each step.
+
+        In a CUDA graph (no launches) step i costs max(A + (S0 + i·B)·k, E) + sync with async
+        scheduling (A + (S0 + i·B)·k + E + sync without): a line against a constant, summed in
+        O(1). Eager steps take a smooth maximum with the launch time: summed term by term in
+        numpy until the smooth maximum equals the GPU work to the last bit, then in closed form.
+        """
         if steps <= 0:
             return 0.0
         if shape.prefill_tokens:
@@ -475,20 +380,48 @@ class RooflinePredictor:
         )
         cpu = self._cpu_decode if nd <= self._graph_tokens else self._cpu_eager
         k = self._ctx_s
-        s0 = shape.decode_context_sum
-        first = base + s0 * k
+        first = base + shape.decode_context_sum * k
         slope = nd * k
-        # Steps 0..m-1 are CPU-launch bound (GPU work <= cpu), the rest GPU bound.
-        if first >= cpu:
+        engine = self._engine_step + self._engine_seq * nl
+        if cpu > 0.0:
+            return self._eager_decode_sum(first, slope, cpu, engine, steps)
+        if not self._async:
+            return steps * (first + engine + self._sync) + slope * (steps - 1) * steps / 2
+        # Steps 0..m-1 are bound by the engine's CPU (GPU work <= engine), the rest by the GPU.
+        if first >= engine:
             m = 0
         elif slope <= 0:
             m = steps
         else:
-            m = min(steps, math.floor((cpu - first) / slope) + 1)
+            m = min(steps, math.floor((engine - first) / slope) + 1)
         gpu_steps = steps - m
         index_sum = (steps - 1) * steps / 2 - (m - 1) * m / 2  # Σ i for i in [m, steps)
         gpu = gpu_steps * first + slope * index_sum
-        return steps * self._fixed + m * cpu + gpu
+        return steps * self._sync + m * engine + gpu
+
+    def _eager_decode_sum(
+        self, first: float, slope: float, cpu: float, engine: float, steps: int
+    ) -> float:
+        q = self._q
+        floor = cpu + engine if self._async else 0.0
+        extra = 0.0 if self._async else engine
+        # Beyond GPU work of cpu·10^(17/q) (and the engine floor), (g^q + c^q)^(1/q) == g.
+        exact_from = max(cpu * 10 ** (17.0 / q), floor)
+        if slope > 0:
+            numeric = min(steps, max(0, math.ceil((exact_from - first) / slope)))
+        else:
+            numeric = steps if first < exact_from else 0
+        total = 0.0
+        for start in range(0, numeric, 65536):
+            i = np.arange(start, min(numeric, start + 65536), dtype=np.float64)
+            g = first + slope * i
+            top = np.maximum(g, cpu)
+            f = top * ((g / top) ** q + (cpu / top) ** q) ** (1.0 / q)
+            total += float(np.sum(np.maximum(f, floor)))
+        rest = steps - numeric
+        if rest:
+            total += rest * first + slope * ((steps - 1) * steps / 2 - (numeric - 1) * numeric / 2)
+        return total + steps * (self._sync + extra)
 
     # --- explanations and capacity ---
 
@@ -503,16 +436,16 @@ class RooflinePredictor:
         mode = self.mode(shape)
         coef = self.coefficients
         t = np.array([shape.num_tokens], dtype=np.float64)
-        seqs = np.array([shape.num_decode + shape.num_prefill_seqs], dtype=np.float64)
+        nl = shape.num_decode + shape.num_prefill_seqs
         linear, elementwise, allreduce = (float(x[0]) for x in self._token_terms(t))
-        head, sampling = (float(x[0]) for x in self._lm_terms(seqs))
+        head, sampling = (float(x[0]) for x in self._lm_terms(np.array([nl], dtype=np.float64)))
         cpu = {
             ExecutionMode.FULL_GRAPH: self._cpu_decode,
             ExecutionMode.PIECEWISE_GRAPH: self._cpu_mixed,
             ExecutionMode.EAGER: self._cpu_eager,
         }[mode]
         busy = shape.num_tokens > 0
-        return StepTimeBreakdown(
+        partial = StepTimeBreakdown(
             mode=mode,
             linear_s=linear,
             decode_attention_s=shape.decode_context_sum * self._ctx_s,
@@ -523,7 +456,21 @@ class RooflinePredictor:
             kernel_gaps_s=self.num_kernels * coef.graph_kernel_gap_s if busy else 0.0,
             num_kernels=self.num_kernels if busy else 0,
             cpu_launch_s=cpu if busy else 0.0,
-            fixed_s=self._fixed if busy else 0.0,
+            engine_cpu_s=self._engine_step + self._engine_seq * nl if busy else 0.0,
+            engine_s=0.0,
+            launch_sharpness=self._q,
+            async_scheduling=self._async,
+        )
+        if not busy:
+            return partial
+        forward, e = partial.gpu_s, partial.engine_cpu_s
+        if self._async:
+            exposed = max(0.0, partial.cpu_launch_s + e - forward) + self._sync
+        else:
+            exposed = e + self._sync
+        return StepTimeBreakdown(
+            **{f.name: getattr(partial, f.name) for f in fields(StepTimeBreakdown)}
+            | {"engine_s": exposed}
         )
 
     @property
@@ -558,6 +505,8 @@ def build_predictor(
     kv_dtype: str | Precision | None = None,
     coefficients: StepTimeCoefficients | None = None,
     cudagraph_max_tokens: int = DEFAULT_CUDAGRAPH_MAX_TOKENS,
+    *,
+    async_scheduling: bool = True,
 ) -> RooflinePredictor:
     """A predictor from friendly names: ``build_predictor("llama-3.1-8b", "h200", "bf16", 1)``."""
     return RooflinePredictor(
@@ -565,6 +514,30 @@ def build_predictor(
         get_gpu(gpu),
         coefficients,
         cudagraph_max_tokens,
+        async_scheduling=async_scheduling,
+    )
+
+
+def prefill_shape(
+    tokens: int, seqs: int = 1, context_before: int = 0, decode: int = 0, decode_context: int = 0
+) -> StepShape:
+    """A step of ``decode`` sequences at ``decode_context`` tokens each plus ``tokens`` prompt
+    tokens split as evenly as possible over ``seqs`` sequences (sizes differ by at most one),
+    each after ``context_before`` cached tokens. Attention is per sequence: Σ s·(before + s/2)."""
+    if tokens and not 1 <= seqs <= tokens:
+        raise BadInputError(f"prefill sequences must be between 1 and {tokens:,}, got {seqs}")
+    if not tokens:
+        seqs = 0
+    size, bigger = divmod(tokens, seqs) if seqs else (0, 0)
+    pairs = bigger * (size + 1) * (context_before + (size + 1) / 2.0) + (seqs - bigger) * size * (
+        context_before + size / 2.0
+    )
+    return StepShape(
+        num_decode=decode,
+        decode_context_sum=decode * decode_context,
+        prefill_tokens=tokens,
+        prefill_attention=pairs,
+        num_prefill_seqs=seqs,
     )
 
 
@@ -584,36 +557,91 @@ def steptime_command(
     prefill_tokens: int = 0,
     tp: int = 1,
     kv_dtype: str | None = None,
+    prefill_seqs: int = 1,
+    enforce_eager: bool = False,
+    as_json: bool = False,
 ) -> str:
     """Text for ``inferledger steptime``: one step of ``batch`` decode sequences at ``context``
-    tokens each, plus one new prompt chunk of ``prefill_tokens`` tokens, with its breakdown."""
+    tokens each, plus ``prefill_tokens`` new prompt tokens split evenly over ``prefill_seqs``
+    prompts, with its breakdown (or one JSON object: ``ms``, ``gpu_ms``, ``engine_ms``, ...)."""
     for name, value, low in (
         ("batch", batch, 0),
         ("context", context, 0),
         ("prefill tokens", prefill_tokens, 0),
+        ("prefill sequences", prefill_seqs, 1),
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise BadInputError(f"{name} must be an integer >= {low}, got {value!r}")
     if batch == 0 and prefill_tokens == 0:
         raise BadInputError("nothing to compute: give a batch > 0 or prefill tokens > 0")
-    predictor = build_predictor(model, gpu, parse_precision(dtype), tp, kv_dtype)
-    cap = predictor.kv_capacity()  # a deployment whose weights do not fit has no step time
-    shape = StepShape(
-        num_decode=batch,
-        decode_context_sum=batch * context,
-        prefill_tokens=prefill_tokens,
-        prefill_attention=prefill_tokens * prefill_tokens / 2.0,
-        num_prefill_seqs=1 if prefill_tokens else 0,
+    if prefill_seqs > 1 and prefill_seqs > prefill_tokens:
+        raise BadInputError(
+            f"prefill sequences ({prefill_seqs}) must not exceed prefill tokens "
+            f"({prefill_tokens}): each prompt needs at least one token"
+        )
+    predictor = build_predictor(
+        model,
+        gpu,
+        parse_precision(dtype),
+        tp,
+        kv_dtype,
+        cudagraph_max_tokens=0 if enforce_eager else DEFAULT_CUDAGRAPH_MAX_TOKENS,
     )
+    cap = predictor.kv_capacity()  # a deployment whose weights do not fit has no step time
+    shape = prefill_shape(prefill_tokens, prefill_seqs, 0, batch, context)
     b = predictor.breakdown(shape)
     total = predictor.step_time_s(shape)
     p, g = predictor.profile, predictor.gpu
+    needed = batch * (context + 1) + prefill_tokens
+    if as_json:
+        doc = {
+            "model": p.config.name,
+            "gpu": g.name,
+            "dtype": str(p.weight_dtype),
+            "kv_cache_dtype": str(p.kv_dtype),
+            "tensor_parallel_size": p.tp,
+            "batch": batch,
+            "context": context,
+            "prefill_tokens": prefill_tokens,
+            "prefill_seqs": shape.num_prefill_seqs,
+            "enforce_eager": enforce_eager,
+            "mode": str(b.mode),
+            "ms": total * 1e3,
+            "gpu_ms": b.gpu_s * 1e3,
+            "engine_ms": b.engine_s * 1e3,
+            "terms_ms": {
+                "linear": b.linear_s * 1e3,
+                "decode_attention": b.decode_attention_s * 1e3,
+                "prefill_attention": b.prefill_attention_s * 1e3,
+                "lm_head_sampling": b.lm_head_s * 1e3,
+                "elementwise": b.elementwise_s * 1e3,
+                "allreduce": b.allreduce_s * 1e3,
+                "kernel_gaps": b.kernel_gaps_s * 1e3,
+                "gpu_work": b.gpu_work_s * 1e3,
+                "cpu_launch": b.cpu_launch_s * 1e3,
+                "engine_cpu": b.engine_cpu_s * 1e3,
+            },
+            "num_kernels": b.num_kernels,
+            "weight_floor_ms": predictor.weight_read_floor_s * 1e3,
+            "kv_cache_tokens": cap.tokens,
+            "kv_tokens_needed": needed,
+        }
+        return json.dumps(doc)
+    prompts = shape.num_prefill_seqs
     lines = [
         f"{p.describe()} on {p.tp}× {g.name}",
         f"step: {batch} decode sequence(s) at context {context:,}"
-        + (f" + {prefill_tokens:,} prefill tokens (one new prompt)" if prefill_tokens else "")
+        + (
+            f" + {prefill_tokens:,} prefill tokens "
+            + ("(one new prompt)" if prompts == 1 else f"({prompts} new prompts)")
+            if prefill_tokens
+            else ""
+        )
         + f"; {b.mode}",
-        f"predicted engine step time: {total * 1e3:.3f} ms",
+        f"predicted engine step time: {total * 1e3:.3f} ms "
+        f"(forward pass {b.gpu_s * 1e3:.3f} ms + engine CPU on the critical path "
+        f"{b.engine_s * 1e3:.3f} ms)",
+        "GPU forward pass",
         f"  linear layers (weights + FLOPs)   {_ms(b.linear_s)}",
         f"  decode attention (KV reads)       {_ms(b.decode_attention_s)}",
         f"  prefill attention                 {_ms(b.prefill_attention_s)}",
@@ -621,13 +649,16 @@ def steptime_command(
         f"  norms, rotary, activation, KV     {_ms(b.elementwise_s)}",
         f"  tensor-parallel all-reduce        {_ms(b.allreduce_s)}",
         f"  kernel gaps ({b.num_kernels} kernels)         {_ms(b.kernel_gaps_s)}",
-        f"  = GPU work                        {_ms(b.gpu_s)}",
+        f"  = GPU work                        {_ms(b.gpu_work_s)}",
         f"  CPU kernel launches               {_ms(b.cpu_launch_s)}"
         + ("  <- binds (eager launch slower than the GPU)" if b.cpu_bound else ""),
-        f"  + fixed per-step overhead         {_ms(b.fixed_s)}",
+        f"  = forward pass                    {_ms(b.gpu_s)}",
+        "engine CPU (scheduler, input preparation, output processing)",
+        f"  per step                          {_ms(b.engine_cpu_s)}"
+        + ("  (beside the forward pass: async scheduling)" if b.async_scheduling else ""),
+        f"  + on the critical path            {_ms(b.engine_s)}",
         f"floor (all weights / peak HBM bandwidth): {predictor.weight_read_floor_s * 1e3:.3f} ms",
     ]
-    needed = batch * (context + 1) + prefill_tokens
     lines.append(
         f"KV cache: {cap.num_gpu_blocks:,} blocks = {cap.tokens:,} tokens "
         f"(gpu_memory_utilization {DEFAULT_GPU_MEMORY_UTILIZATION:g}); this step needs "
