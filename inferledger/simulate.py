@@ -3,6 +3,9 @@
 The flags are those of `vllm serve` (the deployment) and `vllm bench serve` (the traffic), so a
 simulated run and a real one compare with one command line; `--scenario FILE` reads the same
 fields from YAML, plus a traffic mix, and flags given on the command line override the file.
+`--trace FILE` replays a JSONL trace (`inferledger trace export` writes one from the ledger),
+`--dataset-name sharegpt` draws ShareGPT-like lengths; `--client-delay-ms` and `--warmup-s` /
+`--cooldown-s` measure as a client over a steady window (docs/simulator.md, Workloads).
 The output is `vllm bench serve`'s result block, and `--save-result` writes its result JSON plus
 what the simulator knows (KV-cache occupancy, preemptions, prefix-cache hits) and the whole
 config, so the numbers trace to their inputs.
@@ -31,8 +34,9 @@ from models.serving.scenario import (
     load_scenario,
     parse_field,
     run_scenario,
+    summarize_run,
 )
-from models.serving.summary import METRICS, format_benchmark_result, summarize
+from models.serving.summary import METRICS, format_benchmark_result
 
 BACKEND = "inferledger-sim"
 DEFAULT_PERCENTILE_METRICS = "ttft,tpot,itl"
@@ -157,7 +161,8 @@ def result_json(
         "label": None,
         "model_id": scenario.model,
         "tokenizer_id": scenario.model,
-        "num_prompts": scenario.num_prompts,
+        "num_prompts": len(run.result.requests),
+        "dataset_name": "trace" if scenario.trace else scenario.dataset_name,
         "request_rate": "inf" if math.isinf(rate) else rate,
         "burstiness": scenario.burstiness,
         "max_concurrency": scenario.max_concurrency,
@@ -180,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
     if save is not None and not save.parent.is_dir():
         raise BadInputError(f"--save-result: folder {save.parent} does not exist")
     simulated = run_scenario(scenario)
-    summary = summarize(simulated.result, percentiles=percentiles)
+    summary = summarize_run(simulated, percentiles=percentiles)
     print(
         format_benchmark_result(
             summary,

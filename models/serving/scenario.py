@@ -1,5 +1,7 @@
 """A simulation scenario: the deployment (what `vllm serve` is told), the traffic (what
-`vllm bench serve` sends, or a mix of traffic classes), as one frozen, typed config.
+`vllm bench serve` sends, a mix of traffic classes, a fitted dataset such as ShareGPT, or a
+replayed trace), and how the client measures it (client delay, warm-up / cool-down window), as
+one frozen, typed config.
 
 Every field is declared once in SCENARIO_FIELDS (name, kind, default, help); the YAML loader, the
 `inferledger simulate` flags and the docs all read that table. A bad value is a BadInputError
@@ -9,7 +11,7 @@ its inputs.
 
     scenario = load_scenario("examples/scenarios/chat.yaml")
     run = run_scenario(replace(scenario, num_prompts=200))
-    summarize(run.result)
+    summarize_run(run)   # summarize(run.result) with the client delays and the window
 """
 
 from __future__ import annotations
@@ -37,8 +39,11 @@ from models.serving.config import (
 )
 from models.serving.records import SimulationResult
 from models.serving.request import RequestSpec
+from models.serving.summary import summarize
 from models.serving.workload import arrival_times, random_workload
 from models.steptime import RooflinePredictor, build_predictor
+from models.workload.datasets import DATASET_NAMES, get_dataset
+from models.workload.trace import read_trace, trace_specs
 
 GIB = 1 << 30
 # vLLM's OpenAI server picks larger scheduler limits on big GPUs (reference §3; arg_utils).
@@ -152,6 +157,56 @@ SCENARIO_FIELDS: tuple[FieldSpec, ...] = (
         shown_default="no limit",
     ),
     FieldSpec("seed", "int", 0, "random seed of the workload", minimum=0),
+    FieldSpec(
+        "dataset_name",
+        "choice",
+        "random",
+        "lengths: random (the random_* fields) or sharegpt (a fitted ShareGPT distribution)",
+        choices=("random", *DATASET_NAMES),
+    ),
+    FieldSpec(
+        "trace",
+        "str",
+        None,
+        "JSONL trace to replay: arrivals, lengths and prefixes of every request",
+        optional=True,
+        shown_default="none",
+    ),
+    # what the client measures on top of the engine
+    FieldSpec(
+        "client_delay_ms",
+        "float",
+        0.0,
+        "client + network delay added to each request's TTFT and E2E latency",
+        minimum=0,
+    ),
+    FieldSpec(
+        "client_jitter_ms",
+        "float",
+        0.0,
+        "standard deviation of that delay per request (normal, cut at 0)",
+        minimum=0,
+    ),
+    FieldSpec(
+        "warmup_s", "float", 0.0, "seconds after the first send left out of the results", minimum=0
+    ),
+    FieldSpec(
+        "cooldown_s",
+        "float",
+        0.0,
+        "seconds before the last response left out of the results",
+        minimum=0,
+    ),
+)
+#: fields a trace replaces (its own arrivals and lengths)
+TRACE_REPLACES = (
+    "num_prompts",
+    "random_input_len",
+    "random_output_len",
+    "random_range_ratio",
+    "random_prefix_len",
+    "request_rate",
+    "burstiness",
 )
 _FIELDS = {f.name: f for f in SCENARIO_FIELDS}
 
@@ -219,6 +274,12 @@ class ScenarioConfig:
     burstiness: float = 1.0
     max_concurrency: int | None = None
     seed: int = 0
+    dataset_name: str = "random"
+    trace: str | None = None
+    client_delay_ms: float = 0.0
+    client_jitter_ms: float = 0.0
+    warmup_s: float = 0.0
+    cooldown_s: float = 0.0
     mix: tuple[TrafficClass, ...] = field(default=())
 
     def __post_init__(self) -> None:
@@ -237,6 +298,29 @@ class ScenarioConfig:
         names = [c.name for c in self.mix]
         if len(set(names)) != len(names):
             raise BadInputError("mix: class names must be unique")
+        if self.trace is not None:
+            if self.mix:
+                raise BadInputError("trace: a trace and a traffic mix exclude each other")
+            if self.dataset_name != "random":
+                raise BadInputError("trace: a trace and --dataset-name exclude each other")
+            given = [
+                name for name in TRACE_REPLACES if getattr(self, name) != _FIELDS[name].default
+            ]
+            if given:
+                raise BadInputError(
+                    f"trace: the trace sets arrivals and lengths; drop {', '.join(given)}"
+                )
+        if self.dataset_name != "random":
+            given = [
+                name
+                for name in TRACE_REPLACES
+                if name.startswith("random_") and getattr(self, name) != _FIELDS[name].default
+            ]
+            if self.mix or given:
+                raise BadInputError(
+                    f"dataset_name {self.dataset_name} sets the lengths; drop "
+                    f"{', '.join(given) or 'the mix'}"
+                )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, JSON-safe data (an infinite request rate is written "inf", as vLLM does)."""
@@ -370,7 +454,11 @@ def load_scenario(path: str | Path) -> ScenarioConfig:
     """Read a scenario YAML file."""
     where = str(path)
     data = read_yaml_file(path, f"scenario file {where}", BadInputError)
-    return scenario_from_mapping(data if data is not None else {}, where)
+    scenario = scenario_from_mapping(data if data is not None else {}, where)
+    if scenario.trace is not None and not Path(scenario.trace).is_absolute():
+        # a trace named in a scenario file is found beside the file
+        scenario = replace(scenario, trace=str(Path(path).parent / scenario.trace))
+    return scenario
 
 
 # --- from a scenario to a simulation ----------------------------------------------------------
@@ -467,8 +555,12 @@ def cluster_config(scenario: ScenarioConfig, engine: ResolvedEngine) -> ClusterC
 def make_workload(scenario: ScenarioConfig) -> list[RequestSpec]:
     """The scenario's requests, from its seed alone. Each request's context carries its
     max_tokens (and traffic class), which vLLM's telemetry reports."""
+    if scenario.trace is not None:
+        return trace_specs(read_trace(scenario.trace))
     rng = np.random.default_rng(scenario.seed)
     n = scenario.num_prompts
+    if scenario.dataset_name != "random":
+        return dataset_workload(scenario, rng)
     if not scenario.mix:
         specs = random_workload(
             rng,
@@ -511,6 +603,30 @@ def make_workload(scenario: ScenarioConfig) -> list[RequestSpec]:
     return specs
 
 
+def dataset_workload(scenario: ScenarioConfig, rng: np.random.Generator) -> list[RequestSpec]:
+    """num_prompts requests with lengths from a shipped dataset's fitted distribution (like
+    `vllm bench serve --dataset-name sharegpt`: max_tokens = the drawn output length) and
+    vllm bench serve's arrival process."""
+    n = scenario.num_prompts
+    lengths = get_dataset(scenario.dataset_name).sample(rng, n)
+    times = arrival_times(rng, n, scenario.request_rate, scenario.burstiness)
+    specs = []
+    for i in range(n):
+        request_id = f"{scenario.dataset_name}-{i}"
+        out = int(lengths[i, 1])
+        specs.append(
+            RequestSpec(
+                request_id=request_id,
+                arrival_s=float(times[i]),
+                prompt=((request_id, int(lengths[i, 0])),),
+                output_tokens=out,
+                max_tokens=out,
+                context={"max_tokens": out},
+            )
+        )
+    return specs
+
+
 def _uniform_len(mean: int, ratio: float, u: float) -> int:
     """An integer uniform in [mean(1-ratio), mean(1+ratio)] (at least 1), from u in [0, 1)."""
     low = max(1, int(mean * (1 - ratio)))
@@ -520,11 +636,14 @@ def _uniform_len(mean: int, ratio: float, u: float) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ScenarioRun:
-    """A scenario, the engine it resolved to, and the simulation's result."""
+    """A scenario, the engine it resolved to, and the simulation's result. client_delay_s:
+    each request's client + network delay (client_delays()), empty when the scenario has
+    none."""
 
     scenario: ScenarioConfig
     engine: ResolvedEngine
     result: SimulationResult
+    client_delay_s: Mapping[str, float] = field(default_factory=dict)
 
     def config_dict(self) -> dict[str, Any]:
         """Everything the run depended on, as plain data (written beside every result)."""
@@ -537,7 +656,44 @@ class ScenarioRun:
 
 def run_scenario(scenario: ScenarioConfig, options: SimulationOptions | None = None) -> ScenarioRun:
     """Simulate the scenario. The same scenario always gives the same result."""
+    specs = make_workload(scenario)  # first: a bad trace line is reported before anything runs
     engine, predictor = resolve_engine(scenario)
     cluster = Cluster(cluster_config(scenario, engine), predictor, options)
-    result = cluster.run(make_workload(scenario), max_concurrency=scenario.max_concurrency)
-    return ScenarioRun(scenario, engine, result)
+    result = cluster.run(specs, max_concurrency=scenario.max_concurrency)
+    return ScenarioRun(scenario, engine, result, client_delays(scenario, result))
+
+
+#: a stream of its own for the client delays, so turning them on leaves the workload as it was
+_CLIENT_STREAM = 0x636C69656E74
+
+
+def client_delays(scenario: ScenarioConfig, result: SimulationResult) -> dict[str, float]:
+    """Each request's client + network delay in seconds: client_delay_ms plus a normal jitter
+    of standard deviation client_jitter_ms, cut at 0; drawn from the seed in request order.
+    What a client adds to the TTFT and E2E latency it measures (the request's trip to the
+    server and the response's trip back, the HTTP stack, the client's tokenisation); it moves
+    every token of a request equally, so TPOT and ITL do not change. Empty when both are 0."""
+    mean = scenario.client_delay_ms / 1000.0
+    sigma = scenario.client_jitter_ms / 1000.0
+    if mean == 0 and sigma == 0:
+        return {}
+    rng = np.random.default_rng([scenario.seed, _CLIENT_STREAM])
+    draws = rng.standard_normal(len(result.requests))
+    return {
+        r.request_id: max(0.0, mean + sigma * float(z))
+        for r, z in zip(result.requests, draws, strict=True)
+    }
+
+
+def summarize_run(
+    run: ScenarioRun, *, percentiles: tuple[float, ...] = (99,)
+) -> dict[str, float | int | None]:
+    """summarize() of the run as its client measures it: with the scenario's client delays and
+    over its measured window (warmup_s / cooldown_s left out)."""
+    return summarize(
+        run.result,
+        percentiles=percentiles,
+        client_delay_s=run.client_delay_s,
+        warmup_s=run.scenario.warmup_s,
+        cooldown_s=run.scenario.cooldown_s,
+    )

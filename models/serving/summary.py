@@ -15,7 +15,8 @@ from typing import TextIO
 
 import numpy as np
 
-from models.serving.records import SimulationResult
+from inferledger.core.errors import BadInputError
+from models.serving.records import RequestRecord, SimulationResult
 
 METRICS = ("ttft", "tpot", "itl", "e2el")
 _METRIC_HEADERS = {
@@ -72,40 +73,87 @@ def _stats(
 
 
 def summarize(
-    result: SimulationResult, *, percentiles: Sequence[float] = (99,)
+    result: SimulationResult,
+    *,
+    percentiles: Sequence[float] = (99,),
+    client_delay_s: Mapping[str, float] | None = None,
+    warmup_s: float = 0.0,
+    cooldown_s: float = 0.0,
 ) -> dict[str, float | int | None]:
-    """Result keys of `vllm bench serve` for the run, plus simulator-only keys."""
+    """Result keys of `vllm bench serve` for the run, plus simulator-only keys.
+
+    client_delay_s: request id -> the client + network delay its client adds to the TTFT and
+    E2E latency it measures (and to when it sees the response end); absent ids add nothing.
+    warmup_s / cooldown_s: leave the first warmup_s after the first send and the last
+    cooldown_s before the last response out, as benchmark tools measure a closed-loop run's
+    steady state. Latencies are then those of the requests SENT inside the window; the
+    throughputs count the requests (and their tokens) that FINISHED inside it, over its length
+    (`duration`). measure_start_s / measure_end_s say which window was measured (seconds from
+    the first send); peaks, KV-cache, preemption and GPU keys stay whole-run.
+    """
+    delays = client_delay_s or {}
     records = result.requests
     ok = [r for r in records if r.succeeded]
-    completed = len(ok)
+
+    def seen_done(r: RequestRecord) -> float:
+        return r.finished_s + delays.get(r.request_id, 0.0)
+
     if records:
         t_first = min(r.arrival_s for r in records)
-        duration = max(r.finished_s for r in records) - t_first
+        run_duration = max(seen_done(r) for r in records) - t_first
     else:
-        t_first, duration = result.start_s, 0.0
-    total_in = sum(r.prompt_tokens for r in ok)
-    total_out = sum(r.output_tokens for r in ok)
+        t_first, run_duration = result.start_s, 0.0
+    if warmup_s < 0 or cooldown_s < 0:
+        raise BadInputError("warmup_s and cooldown_s must be >= 0")
+    start, end = t_first + warmup_s, t_first + run_duration - cooldown_s
+    windowed = warmup_s > 0 or cooldown_s > 0
+    if windowed and end <= start:
+        raise BadInputError(
+            f"warmup_s {warmup_s:g} + cooldown_s {cooldown_s:g} leave nothing of a "
+            f"{run_duration:.2f} s run to measure"
+        )
+    if windowed:
+        sent = [r for r in ok if start <= r.arrival_s <= end]
+        done = [r for r in ok if start <= seen_done(r) <= end]
+        failed = sum(1 for r in records if not r.succeeded and start <= r.arrival_s <= end)
+    else:
+        sent, done, failed = ok, ok, len(records) - len(ok)
+    duration = end - start if windowed else run_duration
+    total_in = sum(r.prompt_tokens for r in done)
+    total_out = sum(r.output_tokens for r in done)
     per_s = 1.0 / duration if duration > 0 else 0.0
     summary: dict[str, float | int | None] = {
         "duration": duration,
-        "completed": completed,
-        "failed": len(records) - completed,
+        "completed": len(done),
+        "failed": failed,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,
-        "request_throughput": completed * per_s,
+        "request_throughput": len(done) * per_s,
         "request_goodput": None,
         "output_throughput": total_out * per_s,
         "total_token_throughput": (total_in + total_out) * per_s,
+        "measure_start_s": start - t_first,
+        "measure_end_s": end - t_first if windowed else run_duration,
+        "run_duration": run_duration,
+        "measured_requests": len(sent),
+        "mean_client_delay_ms": 1000.0 * float(np.mean([delays.get(r.request_id, 0.0) for r in ok]))
+        if delays and ok
+        else 0.0,
     }
     summary.update(_peaks(result, ok, t_first))
 
-    ttft = np.array([r.ttft_s for r in ok], dtype=float)
-    tpot = np.array([r.tpot_s for r in ok if r.tpot_s is not None], dtype=float)
-    e2el = np.array([r.e2e_s for r in ok], dtype=float)
+    delay = np.array([delays.get(r.request_id, 0.0) for r in sent], dtype=float)
+    ttft = np.array([r.ttft_s for r in sent], dtype=float) + delay
+    tpot = np.array([r.tpot_s for r in sent if r.tpot_s is not None], dtype=float)
+    e2el = np.array([r.e2e_s for r in sent], dtype=float) + delay
     itl_values = [np.asarray(r.resume_gaps_s, dtype=float) for r in result.replicas]
     itl_weights = [np.ones(len(v)) for v in itl_values]
     for rep in result.replicas:
         values, weights = rep.steps.itl_observations()
+        if windowed:
+            starts = rep.steps.start_s[rep.steps.num_decode > 0]
+            inside = (starts >= start) & (starts <= end)
+            values, weights = values[inside], weights[inside]
         itl_values.append(values)
         itl_weights.append(weights.astype(float))
     summary.update(_stats("ttft", ttft, percentiles))
@@ -114,7 +162,7 @@ def summarize(
         _stats("itl", np.concatenate(itl_values), percentiles, np.concatenate(itl_weights))
     )
     summary.update(_stats("e2el", e2el, percentiles))
-    summary.update(_engine_side(result, duration, ok))
+    summary.update(_engine_side(result, run_duration, ok))
     return summary
 
 
@@ -194,6 +242,14 @@ def format_benchmark_result(
     if request_rate is not None and not math.isinf(request_rate):
         row("Request rate configured (RPS):", request_rate, ".2f")
     row("Benchmark duration (s):", summary["duration"], ".2f")
+    run = summary.get("run_duration")
+    start, end = summary.get("measure_start_s"), summary.get("measure_end_s")
+    if run is not None and start is not None and end is not None and (start > 0 or end < run):
+        # the steady window a closed-loop benchmark measures (warm-up / cool-down left out)
+        row("Measured window (s):", f"{start:.2f}-{end:.2f} of {run:.2f}")
+        row("Requests sent in the window:", summary.get("measured_requests"))
+    if summary.get("mean_client_delay_ms"):
+        row("Mean client delay (ms):", summary["mean_client_delay_ms"], ".2f")
     row("Total input tokens:", summary["total_input_tokens"])
     row("Total generated tokens:", summary["total_output_tokens"])
     row("Request throughput (req/s):", summary["request_throughput"], ".2f")
