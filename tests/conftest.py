@@ -309,6 +309,24 @@ def ledger_server(demo_ledger: Path, live_factory, tmp_path: Path) -> LiveServic
 
 
 # ---------------------------------------------------------------- the stand-in vLLM server
+def exposition_samples(text: str) -> dict[tuple[str, tuple], float]:
+    """A Prometheus text page as {(metric, sorted label pairs): value}, parsed by the scraper's
+    own parser (ingest.prom_text)."""
+    from ingest.prom_text import parse_exposition
+
+    table = parse_exposition(text, "text/plain; version=0.0.4", datetime.now(UTC)).to_pylist()
+    return {(row["metric"], tuple(sorted(row["labels"]))): row["value"] for row in table}
+
+
+def sample_sum(samples: dict[tuple[str, tuple], float], metric: str, **labels: str) -> float:
+    """The sum of `metric`'s samples whose labels include `labels`."""
+    return sum(
+        v
+        for (m, lab), v in samples.items()
+        if m == metric and all((k, val) in lab for k, val in labels.items())
+    )
+
+
 @contextlib.contextmanager
 def serving_sim(options: Any) -> Iterator[tuple[Any, threading.Thread]]:
     """A SimServer (inferledger.sim_server) for `options` (SimServeOptions, port 0 for free

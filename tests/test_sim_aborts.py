@@ -14,14 +14,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 
 import pytest
 import requests
 
 from inferledger.core.http_server import wait_until
 from inferledger.sim_server import SimServeOptions, SimServer
-from ingest.prom_text import parse_exposition
 from models.serving import (
     CacheConfig,
     ClusterConfig,
@@ -33,7 +31,7 @@ from models.serving import (
 from models.serving.live import LiveCluster
 from models.serving.request import FinishReason, RequestSpec, RequestStatus
 from models.steptime import build_predictor
-from tests.conftest import serving_sim
+from tests.conftest import exposition_samples, sample_sum, serving_sim
 
 MODEL = "llama-3.1-8b"
 
@@ -180,19 +178,6 @@ def _body(max_tokens: int, *, stream: bool, prompt: str = "hello") -> dict:
     return body
 
 
-def _samples(text: str) -> dict[tuple[str, tuple], float]:
-    table = parse_exposition(text, "text/plain; version=0.0.4", datetime.now(UTC)).to_pylist()
-    return {(row["metric"], tuple(sorted(row["labels"]))): row["value"] for row in table}
-
-
-def _value(samples: dict, metric: str, **labels: str) -> float:
-    return sum(
-        v
-        for (m, lab), v in samples.items()
-        if m == metric and all((k, val) in lab for k, val in labels.items())
-    )
-
-
 def _kv_blocks_used(sim: Sim) -> int:
     with sim.server.engine.sim_lock:
         return sum(rep.scheduler.kv.used for rep in sim.server.live.replicas)
@@ -229,14 +214,14 @@ def test_a_client_gone_mid_stream_aborts_its_request_and_no_other(sim_factory) -
     assert choice["finish_reason"] == "length" and done[0]["usage"]["completion_tokens"] == 60
     assert wait_until(lambda: sim.server.engine.in_flight == 0, 5.0)
     assert _kv_blocks_used(sim) == 0
-    page = _samples(requests.get(sim.replica_url + "/metrics", timeout=10).text)
-    assert _value(page, "vllm:num_requests_running") == 0
-    assert _value(page, "vllm:kv_cache_usage_perc") == 0
+    page = exposition_samples(requests.get(sim.replica_url + "/metrics", timeout=10).text)
+    assert sample_sum(page, "vllm:num_requests_running") == 0
+    assert sample_sum(page, "vllm:kv_cache_usage_perc") == 0
     # counted as vLLM's finish reason "abort" (see docs/sim-server.md on what mainline vLLM
     # counts), its tokens in the generation counter
-    router = _samples(requests.get(sim.url + "/metrics", timeout=10).text)
-    assert _value(router, "vllm:request_success_total", finished_reason="abort") == 1
-    assert _value(router, "vllm:generation_tokens_total") == record.output_tokens + 60
+    router = exposition_samples(requests.get(sim.url + "/metrics", timeout=10).text)
+    assert sample_sum(router, "vllm:request_success_total", finished_reason="abort") == 1
+    assert sample_sum(router, "vllm:generation_tokens_total") == record.output_tokens + 60
 
 
 def _send_raw(sim: Sim, body: dict) -> socket.socket:

@@ -17,7 +17,6 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import numpy as np
 import pytest
@@ -30,7 +29,6 @@ from inferledger.sim_openai import (
     token_id_segments,
 )
 from inferledger.sim_server import SimServeOptions, SimServer, merge_expositions
-from ingest.prom_text import parse_exposition
 from models.serving import (
     CacheConfig,
     Cluster,
@@ -44,7 +42,7 @@ from models.serving import (
 from models.serving.live import LiveCluster
 from models.steptime import build_predictor
 from models.tokenizer import tokenizer_for
-from tests.conftest import ROOT, free_port, serving_sim
+from tests.conftest import ROOT, exposition_samples, free_port, sample_sum, serving_sim
 
 MODEL = "llama-3.1-8b"
 SPEED = 50.0
@@ -618,26 +616,12 @@ def test_invalid_json_is_answered_alike_on_every_endpoint(sim) -> None:
 # -- telemetry --------------------------------------------------------------------------------
 
 
-def _samples(text: str) -> dict[tuple[str, tuple], float]:
-    table = parse_exposition(text, "text/plain; version=0.0.4", datetime.now(UTC)).to_pylist()
-    return {(row["metric"], tuple(sorted(row["labels"]))): row["value"] for row in table}
-
-
-def _sum(samples: dict, metric: str, **labels: str) -> float:
-    return sum(
-        v
-        for (m, lab), v in samples.items()
-        if m == metric and all((k, val) in lab for k, val in labels.items())
-    )
-
-
 def _sim_page(sim: Sim) -> str:
     """The simulator's own inferledger_sim_* series: the router's /sim/metrics (off the vLLM
     page, as vLLM has no such series)."""
     resp = requests.get(sim.url + "/sim/metrics", timeout=10)
-    if resp.status_code == 200:
-        return resp.text
-    return sim.server.sim_metrics_page()  # until app.py routes /sim/metrics
+    assert resp.status_code == 200
+    return resp.text
 
 
 def test_metrics_pages_parse_and_count_the_requests_served(sim) -> None:
@@ -648,27 +632,27 @@ def test_metrics_pages_parse_and_count_the_requests_served(sim) -> None:
         ).ok
     router = requests.get(sim.url + "/metrics", timeout=10)
     assert router.status_code == 200 and router.headers["Content-Type"].startswith("text/plain")
-    samples = _samples(router.text)
-    assert _sum(samples, "vllm:request_success_total", finished_reason="length") == 6
-    assert _sum(samples, "vllm:generation_tokens_total") == 30
+    samples = exposition_samples(router.text)
+    assert sample_sum(samples, "vllm:request_success_total", finished_reason="length") == 6
+    assert sample_sum(samples, "vllm:generation_tokens_total") == 30
     engines = {dict(lab)["engine"] for (m, lab) in samples if m == "vllm:num_requests_running"}
     assert engines == {"0", "1"}
     assert not any(m.startswith("inferledger_sim_") for m, _ in samples)
-    assert _samples(_sim_page(sim))[("inferledger_sim_requests_in_flight", ())] == 0
-    assert _sum(samples, "http_requests_total", handler="/v1/completions", status="2xx") == 4
+    assert exposition_samples(_sim_page(sim))[("inferledger_sim_requests_in_flight", ())] == 0
+    assert sample_sum(samples, "http_requests_total", handler="/v1/completions", status="2xx") == 4
     per_replica = []
     for url in sim.replica_urls:
-        page = _samples(requests.get(url + "/metrics", timeout=10).text)
-        per_replica.append(_sum(page, "vllm:request_success_total", finished_reason="length"))
+        page = exposition_samples(requests.get(url + "/metrics", timeout=10).text)
+        per_replica.append(sample_sum(page, "vllm:request_success_total", finished_reason="length"))
         # every engine series says engine="0" (vllm:admission_rejections, the API server's,
         # has no engine label, as in vLLM)
         engines = {dict(lab).get("engine") for (m, lab) in page if m.startswith("vllm:")}
         assert engines == {"0", None}
     assert sum(per_replica) == 6 and min(per_replica) >= 1
-    dcgm = _samples(requests.get(sim.dcgm_url + "/metrics", timeout=10).text)
+    dcgm = exposition_samples(requests.get(sim.dcgm_url + "/metrics", timeout=10).text)
     gpus = {dict(lab)["gpu"] for (m, lab) in dcgm if m == "DCGM_FI_DEV_GPU_UTIL"}
     assert gpus == {"0", "1"}  # one H200 per replica
-    assert _sum(dcgm, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") > 0
+    assert sample_sum(dcgm, "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION") > 0
 
 
 def test_merge_expositions_keeps_one_header_per_family() -> None:
@@ -676,7 +660,7 @@ def test_merge_expositions_keeps_one_header_per_family() -> None:
     b = '# HELP x_total X.\n# TYPE x_total counter\nx_total{engine="1"} 2.0\n'
     merged = merge_expositions([a, b])
     assert merged.count("# TYPE x_total") == 1
-    assert _sum(_samples(merged), "x_total") == 3.0
+    assert sample_sum(exposition_samples(merged), "x_total") == 3.0
 
 
 def test_spans_join_the_callers_trace(sim_factory, live) -> None:
