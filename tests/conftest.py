@@ -327,6 +327,32 @@ def sample_sum(samples: dict[tuple[str, tuple], float], metric: str, **labels: s
     )
 
 
+class RunningSim:
+    """A SimServer serving on free loopback ports from a thread of the test process (from
+    serving_sim): its addresses, a JSON poster and its finished records."""
+
+    def __init__(self, server: Any, thread: threading.Thread) -> None:
+        self.server = server
+        self.thread = thread
+        addrs = server.addresses
+        self.host, self.port = addrs["router"]
+        self.url = f"http://{self.host}:{self.port}"
+        self.replica_urls = [
+            "http://{}:{}".format(*addrs[f"replica{i}"])
+            for i in range(server.options.cluster.num_replicas)
+        ]
+        self.dcgm_url = "http://{}:{}".format(*addrs["dcgm"]) if "dcgm" in addrs else None
+
+    def post(self, path: str, body: object, url: str | None = None, **kw: Any) -> requests.Response:
+        return requests.post((url or self.url) + path, json=body, timeout=30, **kw)
+
+    def record(self, request_id: str) -> Any:
+        for r in self.server.engine.records:
+            if r.request_id == request_id:
+                return r
+        raise AssertionError(f"no record for {request_id}")
+
+
 @contextlib.contextmanager
 def serving_sim(options: Any) -> Iterator[tuple[Any, threading.Thread]]:
     """A SimServer (inferledger.sim_server) for `options` (SimServeOptions, port 0 for free

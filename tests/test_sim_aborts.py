@@ -19,7 +19,7 @@ import pytest
 import requests
 
 from inferledger.core.http_server import wait_until
-from inferledger.sim_server import SimServeOptions, SimServer
+from inferledger.sim_server import SimServeOptions
 from models.serving import (
     CacheConfig,
     ClusterConfig,
@@ -31,7 +31,7 @@ from models.serving import (
 from models.serving.live import LiveCluster
 from models.serving.request import FinishReason, RequestSpec, RequestStatus
 from models.steptime import build_predictor
-from tests.conftest import exposition_samples, sample_sum, serving_sim
+from tests.conftest import RunningSim, exposition_samples, sample_sum, serving_sim
 
 MODEL = "llama-3.1-8b"
 
@@ -125,20 +125,7 @@ def test_an_aborted_prompt_stays_in_the_prefix_cache(predictor) -> None:
 # -- the server ------------------------------------------------------------------------------
 
 
-class Sim:
-    def __init__(self, server: SimServer, thread: threading.Thread) -> None:
-        self.server = server
-        self.thread = thread
-        addrs = server.addresses
-        self.host, self.port = addrs["router"]
-        self.url = f"http://{self.host}:{self.port}"
-        self.replica_url = "http://{}:{}".format(*addrs["replica0"])
-
-    def record(self, request_id: str):
-        for r in self.server.engine.records:
-            if r.request_id == request_id:
-                return r
-        raise AssertionError(f"no record for {request_id}")
+Sim = RunningSim
 
 
 @pytest.fixture
@@ -214,7 +201,7 @@ def test_a_client_gone_mid_stream_aborts_its_request_and_no_other(sim_factory) -
     assert choice["finish_reason"] == "length" and done[0]["usage"]["completion_tokens"] == 60
     assert wait_until(lambda: sim.server.engine.in_flight == 0, 5.0)
     assert _kv_blocks_used(sim) == 0
-    page = exposition_samples(requests.get(sim.replica_url + "/metrics", timeout=10).text)
+    page = exposition_samples(requests.get(sim.replica_urls[0] + "/metrics", timeout=10).text)
     assert sample_sum(page, "vllm:num_requests_running") == 0
     assert sample_sum(page, "vllm:kv_cache_usage_perc") == 0
     # counted as vLLM's finish reason "abort" (see docs/sim-server.md on what mainline vLLM

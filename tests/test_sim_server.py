@@ -28,7 +28,7 @@ from inferledger.sim_openai import (
     render_chat,
     token_id_segments,
 )
-from inferledger.sim_server import SimServeOptions, SimServer, merge_expositions
+from inferledger.sim_server import SimServeOptions, merge_expositions
 from models.serving import (
     CacheConfig,
     Cluster,
@@ -42,7 +42,14 @@ from models.serving import (
 from models.serving.live import LiveCluster
 from models.steptime import build_predictor
 from models.tokenizer import tokenizer_for
-from tests.conftest import ROOT, exposition_samples, free_port, sample_sum, serving_sim
+from tests.conftest import (
+    ROOT,
+    RunningSim,
+    exposition_samples,
+    free_port,
+    sample_sum,
+    serving_sim,
+)
 
 MODEL = "llama-3.1-8b"
 SPEED = 50.0
@@ -55,31 +62,7 @@ def predictor():
     return build_predictor(MODEL, "h200")
 
 
-def _url(address: tuple[str, int]) -> str:
-    return f"http://{address[0]}:{address[1]}"
-
-
-class Sim:
-    """A SimServer serving on free loopback ports from a thread of the test process."""
-
-    def __init__(self, server: SimServer, thread: threading.Thread) -> None:
-        self.server = server
-        self.thread = thread
-        addrs = server.addresses
-        self.url = _url(addrs["router"])
-        self.replica_urls = [
-            _url(addrs[f"replica{i}"]) for i in range(server.options.cluster.num_replicas)
-        ]
-        self.dcgm_url = _url(addrs["dcgm"]) if "dcgm" in addrs else None
-
-    def post(self, path: str, body: object, url: str | None = None, **kw) -> requests.Response:
-        return requests.post((url or self.url) + path, json=body, timeout=30, **kw)
-
-    def record(self, request_id: str):
-        for r in self.server.engine.records:
-            if r.request_id == request_id:
-                return r
-        raise AssertionError(f"no record for {request_id}")
+Sim = RunningSim
 
 
 @pytest.fixture
