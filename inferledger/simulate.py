@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -36,7 +37,7 @@ from models.serving.scenario import (
     run_scenario,
     summarize_run,
 )
-from models.serving.summary import METRICS, format_benchmark_result
+from models.serving.summary import METRICS, format_benchmark_result, preemption_warning
 
 BACKEND = "inferledger-sim"
 DEFAULT_PERCENTILE_METRICS = "ttft,tpot,itl"
@@ -186,6 +187,12 @@ def run(args: argparse.Namespace) -> int:
         raise BadInputError(f"--save-result: folder {save.parent} does not exist")
     simulated = run_scenario(scenario)
     summary = summarize_run(simulated, percentiles=percentiles)
+    warning = preemption_warning(
+        summary["num_preemptions"], len(simulated.result.requests), simulated.engine.kv_cache_tokens
+    )
+    if warning is not None:
+        summary["warnings"] = [warning]
+        print(warning, file=sys.stderr, flush=True)
     print(
         format_benchmark_result(
             summary,

@@ -166,7 +166,9 @@ def set_idle_policy(storage: Storage, deployment: str, policy: IdlePolicy | str)
 _MODEL_NAME_METRIC = "vllm:num_requests_running"
 _CACHE_CONFIG = "vllm:cache_config_info"
 # dcgm-exporter's default gauges (../shared/reference/vllm-observability.md 5a); every sample
-# carries modelName and, unless --no-hostname, Hostname. Any one of them is enough.
+# carries modelName and, unless --no-hostname, Hostname. Any one of them is enough. Newer
+# dcgm-exporter releases spell the host label `hostname` (NVIDIA/dcgm-exporter d5e5f51): both
+# are read (_DCGM_HOST).
 _DCGM_METRICS = (
     "DCGM_FI_DEV_GPU_UTIL",
     "DCGM_FI_DEV_FB_USED",
@@ -206,10 +208,11 @@ _CACHE_SQL = _LATEST_LABELS_SQL.format(
     ),
     group="m.target",
 )
+_DCGM_HOST = "coalesce(m.labels['Hostname'], m.labels['hostname'])"
 _DCGM_SQL = _LATEST_LABELS_SQL.format(
     metrics=_DCGM_IN,
-    select="m.labels['Hostname'], list(distinct m.labels['modelName'])",
-    group="m.target, m.labels['Hostname']",
+    select=f"{_DCGM_HOST}, list(distinct m.labels['modelName'])",
+    group=f"m.target, {_DCGM_HOST}",
 )
 _SCRAPES_SQL = """
 select target, kind,

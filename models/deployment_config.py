@@ -74,7 +74,7 @@ def gpu_type_name(name: str) -> str | None:
 def normalize_gpu_model(dcgm_model_name: str | None) -> str | None:
     """DCGM's ``modelName`` label as a GPU type: 'NVIDIA H200' → 'H200',
     'NVIDIA H100 80GB HBM3' → 'H100-SXM', 'NVIDIA A100-SXM4-80GB' → 'A100-80GB'. None for a GPU
-    the catalog does not know (say 'Tesla T4', or an A100 40GB): configure its gpu_type then."""
+    the catalog does not know (say 'Tesla T4', or an H100 PCIe): configure its gpu_type then."""
     if dcgm_model_name is None or not dcgm_model_name.strip():
         return None
     return gpu_type_name(dcgm_model_name)

@@ -89,9 +89,10 @@ def vllm_page(model: str, num_gpu_blocks: int, *, block_size: int = 16, prefix: 
     )
 
 
-def dcgm_page(model_name: str, hostname: str, gpus: int) -> str:
+def dcgm_page(model_name: str, hostname: str, gpus: int, host_label: str = "Hostname") -> str:
     """A dcgm-exporter page: every sample carries gpu, UUID, pci_bus_id, device, modelName and
-    Hostname (../shared/reference/vllm-observability.md 5a)."""
+    Hostname (../shared/reference/vllm-observability.md 5a); newer releases spell it
+    `hostname` (host_label)."""
     lines = [
         "# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).",
         "# TYPE DCGM_FI_DEV_GPU_UTIL gauge",
@@ -100,7 +101,7 @@ def dcgm_page(model_name: str, hostname: str, gpus: int) -> str:
         lines.append(
             f'DCGM_FI_DEV_GPU_UTIL{{gpu="{i}",UUID="GPU-{hostname}-{i}",'
             f'pci_bus_id="00000000:{18 + i:02X}:00.0",device="nvidia{i}",'
-            f'modelName="{model_name}",Hostname="{hostname}"}} 87'
+            f'modelName="{model_name}",{host_label}="{hostname}"}} 87'
         )
     lines += [
         "# HELP DCGM_FI_DEV_FB_USED Framebuffer memory used (in MiB).",
@@ -110,7 +111,7 @@ def dcgm_page(model_name: str, hostname: str, gpus: int) -> str:
         lines.append(
             f'DCGM_FI_DEV_FB_USED{{gpu="{i}",UUID="GPU-{hostname}-{i}",'
             f'pci_bus_id="00000000:{18 + i:02X}:00.0",device="nvidia{i}",'
-            f'modelName="{model_name}",Hostname="{hostname}"}} 70000'
+            f'modelName="{model_name}",{host_label}="{hostname}"}} 70000'
         )
     return "\n".join(lines) + "\n"
 
@@ -205,7 +206,7 @@ def test_setting_from_yaml_config_file_and_json_env(tmp_path: Path) -> None:
         (
             [{"name": "a", "gpu_type": "X100"}],
             "deployment #1 (a): gpu_type 'X100' is not a known GPU "
-            "(known: A100-80GB, H100-SXM, H200, L40S, B200)",
+            "(known: A100-40GB, A100-80GB, H100-SXM, H200, L40S, B200)",
         ),
         (
             [{"name": "a", "gpus_per_replica": 0}],
@@ -253,7 +254,7 @@ def test_bad_setting_names_its_source(tmp_path: Path) -> None:
         load_settings(cfg, env={})
     assert str(caught.value) == (
         f"setting 'deployments' (from config file {cfg}): deployment #1 (chat): gpu_type "
-        "'H300' is not a known GPU (known: A100-80GB, H100-SXM, H200, L40S, B200)"
+        "'H300' is not a known GPU (known: A100-40GB, A100-80GB, H100-SXM, H200, L40S, B200)"
     )
 
 
@@ -267,7 +268,7 @@ def test_bad_setting_names_its_source(tmp_path: Path) -> None:
         ("NVIDIA L40S", "L40S"),
         ("NVIDIA B200", "B200"),
         # Other cards (different memory, bandwidth, price): unknown, to be configured.
-        ("NVIDIA A100-SXM4-40GB", None),
+        ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
         ("NVIDIA H100 PCIe", None),
         ("Tesla T4", None),
         ("", None),
@@ -333,6 +334,23 @@ def test_learns_replicas_from_scrapes_dcgm_and_spans(fleet: Storage) -> None:
     before = fleet.fetchall("select * exclude (learned_at) from replicas order by replica")
     assert learn_replicas(fleet) == 3
     assert fleet.fetchall("select * exclude (learned_at) from replicas order by replica") == before
+
+
+def test_newer_dcgm_exporters_lower_case_hostname_label_is_read(
+    storage: Storage, scraper: Scraper
+) -> None:
+    """dcgm-exporter d5e5f51 renamed the `Hostname` label `hostname`: a replica's GPU type is
+    still learned through its host."""
+    scrape(scraper, SOLO, vllm_page(LLAMA_8B, 9_000), T0)
+    scrape(scraper, DCGM_2, dcgm_page("NVIDIA L40S", "gpu-node-2", 2, host_label="hostname"), T0)
+    engine_spans(storage, "vllm-solo", "gpu-node-2", T0)
+    assert learn_replicas(storage) == 1
+    solo = replicas_view(storage)["vllm-solo"]
+    assert (solo["host"], solo["gpu_type"], solo["dcgm_model_name"]) == (
+        "gpu-node-2",
+        "L40S",
+        "NVIDIA L40S",
+    )
 
 
 def test_config_wins_over_learned_values(fleet: Storage) -> None:

@@ -179,7 +179,7 @@ def test_capacity_rejects_bad_settings() -> None:
 
 def test_gpu_catalog_holds_dense_datasheet_figures_with_sources() -> None:
     catalog = default_gpu_catalog()
-    assert catalog.names == ("A100-80GB", "H100-SXM", "H200", "L40S", "B200")
+    assert catalog.names == ("A100-40GB", "A100-80GB", "H100-SXM", "H200", "L40S", "B200")
     h100, l40s, a100 = get_gpu("h100"), get_gpu("l40s"), get_gpu("a100")
     assert (h100.bf16_flops, h100.fp8_flops) == (989e12, 1979e12)  # dense, not 1,979 / 3,958
     assert (l40s.bf16_flops, l40s.fp8_flops) == (362e12, 733e12)
@@ -213,7 +213,7 @@ def test_unknown_names_list_the_valid_ones() -> None:
     with pytest.raises(BadInputError) as gpu_error:
         get_gpu("tpu-v5")
     assert str(gpu_error.value) == (
-        "unknown GPU 'tpu-v5' (known: A100-80GB, H100-SXM, H200, L40S, B200)"
+        "unknown GPU 'tpu-v5' (known: A100-40GB, A100-80GB, H100-SXM, H200, L40S, B200)"
     )
     with pytest.raises(BadInputError) as model_error:
         get_model("mistral-7b")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import gc
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from heapq import heappop, heappush, heapreplace
 
 from models.execution_time import ExecutionTimePredictor
@@ -164,12 +164,17 @@ class Cluster:
         specs: Iterable[RequestSpec],
         *,
         max_concurrency: int | None = None,
+        client_delay_s: Mapping[str, float] | None = None,
         step_observer: StepObserver | None = None,
     ) -> SimulationResult:
         """Serve `specs` (sorted by arrival_s). max_concurrency: like `vllm bench serve
         --max-concurrency`, the client holds a request back until fewer than this many are in
-        flight; its arrival is then the time it is actually sent. step_observer: called for
-        every engine step (see models/serving/replica.py; models/serving/step_shares.py)."""
+        flight; its arrival is then the time it is actually sent. client_delay_s: request id ->
+        the client + network time a request's response takes to reach its client; under
+        max_concurrency the request's slot is free only then (a closed-loop client sends its
+        next request after reading the last response), not when the engine finishes it.
+        step_observer: called for every engine step (see models/serving/replica.py;
+        models/serving/step_shares.py)."""
         if max_concurrency is not None and max_concurrency < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {max_concurrency}")
         options = self.options
@@ -189,7 +194,9 @@ class Cluster:
         gc_was_enabled = gc.isenabled()
         gc.disable()
         try:
-            now = self._loop(state, spec, specs_iter, start, horizon, max_concurrency)
+            now = self._loop(
+                state, spec, specs_iter, start, horizon, max_concurrency, client_delay_s or {}
+            )
         finally:
             if gc_was_enabled:
                 gc.enable()
@@ -212,22 +219,45 @@ class Cluster:
         start: float,
         horizon: float,
         max_concurrency: int | None,
+        client_delay_s: Mapping[str, float],
     ) -> float:
         """Run's event loop; returns the time the run ends. ClusterState.pop_event is inlined
-        here (it is the hot path: one call per step or stretch)."""
+        here (it is the hot path: one call per step or stretch).
+
+        Under max_concurrency, a finished request's slot is released at its finish time plus
+        its client delay (`slots`, a heap of release times); a request held back by the limit
+        is sent when a slot is released (`gate_open`)."""
         sink = state.sink
         heap = state.heap
         replicas = state.replicas
         limit = max_concurrency if max_concurrency is not None else math.inf
         limited = max_concurrency is not None
+        delay_of = client_delay_s.get
+        slots: list[float] = []  # release times of finished requests' slots
+        seen = 0  # records in sink whose slot release is in `slots` or done
+        released = 0  # slots released
         specs_next = specs_iter.__next__
         last_arrival = -math.inf
         gate_open = -math.inf  # when the concurrency limit last let a request through
         now = start
         inf = math.inf
         while True:
-            if spec is None or (limited and state.sent - len(sink) >= limit):
+            if limited:
+                while seen < len(sink):
+                    rec = sink[seen]
+                    heappush(slots, rec.finished_s + delay_of(rec.request_id, 0.0))
+                    seen += 1
+                while slots and slots[0] <= now:
+                    t_free = heappop(slots)
+                    if state.sent - released >= limit:
+                        gate_open = t_free
+                    released += 1
+            if spec is None:
                 ta = inf
+            elif limited and state.sent - released >= limit:
+                ta = slots[0] if slots else inf  # the next release lets it go
+                if ta < spec.arrival_s:
+                    ta = spec.arrival_s
             else:
                 ta = spec.arrival_s
                 if ta < gate_open:
@@ -251,13 +281,17 @@ class Cluster:
                         f"request specs must be sorted by arrival_s: {spec.request_id}"  # type: ignore[union-attr]
                     )
                 last_arrival = arrival
+                if limited and state.sent - released >= limit:
+                    # sent at a slot's release: release it first
+                    t_free = heappop(slots)
+                    gate_open = t_free
+                    released += 1
                 state.arrive(spec, ta)  # type: ignore[arg-type]
                 try:
                     spec = specs_next()
                 except StopIteration:
                     spec = None
             else:
-                at_limit = limited and state.sent - len(sink) >= limit
                 # state.pop_event(), inlined
                 _, i, version = heap[0]
                 rep = replicas[i]
@@ -269,8 +303,6 @@ class Cluster:
                         heapreplace(heap, (t_next, i, rep.version))
                     else:
                         heappop(heap)
-                if at_limit and state.sent - len(sink) < limit:
-                    gate_open = th
         return now
 
 

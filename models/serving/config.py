@@ -19,6 +19,9 @@ class RouterPolicy(enum.Enum):
     LEAST_OUTSTANDING_REQUESTS = "least_outstanding_requests"
 
 
+ADMISSION_POLICIES = ("vllm", "reserve")
+
+
 @dataclass(frozen=True, slots=True)
 class SchedulerConfig:
     """vLLM V1 scheduler knobs (`--max-num-seqs`, `--max-num-batched-tokens`, ...).
@@ -30,12 +33,18 @@ class SchedulerConfig:
         0 disables the cap (vLLM's default unless max_num_partial_prefills > 1).
     max_model_len: longest sequence (prompt + output) a request may reach; longer requests
         are rejected with finish_reason "error", as the OpenAI server rejects them.
+    admission: "vllm" admits a waiting request when its prompt's blocks are free (vLLM V1;
+        a full cache preempts the last admitted request and recomputes it later); "reserve"
+        admits it only when the KV blocks of its whole sequence (prompt + max_tokens, or up to
+        max_model_len without max_tokens) fit beside every running request's reservation, the
+        policy of engines that never preempt (TGI's and SGLang's conservative modes).
     """
 
     max_num_seqs: int = 1024
     max_num_batched_tokens: int = 8192
     long_prefill_token_threshold: int = 0
     max_model_len: int = 131072
+    admission: str = "vllm"
 
     def __post_init__(self) -> None:
         if self.max_num_seqs < 1:
@@ -50,6 +59,10 @@ class SchedulerConfig:
             raise ValueError("long_prefill_token_threshold must be >= 0 (0 = no cap)")
         if self.max_model_len < 2:
             raise ValueError(f"max_model_len must be >= 2, got {self.max_model_len}")
+        if self.admission not in ADMISSION_POLICIES:
+            raise ValueError(
+                f"admission must be one of {', '.join(ADMISSION_POLICIES)}, got {self.admission!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,8 @@ GpuMetricsTimeline's docstring, docs/simulator.md and docs/sim-server.md.
 
 Sources (NVIDIA/dcgm-exporter): etc/default-counters.csv at e61056b (its last change before
 d5e5f51, May 2026: field names, types, HELP texts); internal/pkg/rendermetrics/render_metrics.go
-before d5e5f51 (the label order, `Hostname`; d5e5f51 renamed it `hostname`, which the ledger does
-not read yet); internal/pkg/collector/gpu_collector.go toString (%d for int64 fields, %f for
+before d5e5f51 (the label order, `Hostname`; d5e5f51 renamed it `hostname`; the ledger reads both
+spellings); internal/pkg/collector/gpu_collector.go toString (%d for int64 fields, %f for
 doubles; blank values are skipped, which is why a GPU without XID errors shows no
 DCGM_FI_DEV_XID_ERRORS sample). Family order follows DCGM field ids, as real pages show it.
 """

@@ -46,6 +46,8 @@ class ReplicaScheduler:
         self.max_num_batched_tokens = sched.max_num_batched_tokens
         self.long_prefill_token_threshold = sched.long_prefill_token_threshold
         self.max_model_len = sched.max_model_len
+        self.reserve = sched.admission == "reserve"
+        self.reserved_blocks = 0  # sum of the running requests' reservations (admission reserve)
         self.block_size = cache.block_size
         self.prefix_caching = cache.enable_prefix_caching
         self.kv = KVBlockPool(cache.num_gpu_blocks, cache.block_size, cache.enable_prefix_caching)
@@ -267,6 +269,12 @@ class ReplicaScheduler:
             if len(running) >= self.max_num_seqs:
                 break
             r = waiting[0]
+            if self.reserve:
+                need = self._whole_sequence_blocks(r)
+                if self.reserved_blocks + need > kv.num_blocks:
+                    break
+                r.reserved_blocks = need
+                self.reserved_blocks += need
             kv.attach(r)
             length = r.num_tokens
             if self.prefix_caching:
@@ -286,6 +294,7 @@ class ReplicaScheduler:
             # bound does not fit is the exact cost worked out.
             if -(-x // bs) > kv.free and kv.advance(r, x, False) > kv.free:
                 kv.detach(r)
+                self._unreserve(r)
                 break
             kv.advance(r, x, True)
             waiting.popleft()
@@ -306,6 +315,18 @@ class ReplicaScheduler:
             r.status = RequestStatus.RUNNING  # from WAITING or PREEMPTED: always legal
             chunks.append((r, num_new, hit_tokens))
             budget -= num_new
+
+    def _whole_sequence_blocks(self, r: Request) -> int:
+        """Blocks a request's whole sequence can take: prompt + max_tokens (vLLM's default
+        max_tokens reaches max_model_len), the last token never entering the cache."""
+        spec = r.spec
+        total = r.prompt_tokens + (spec.max_tokens or self.max_model_len - r.prompt_tokens)
+        total = min(total, self.max_model_len)
+        return -(-(total - 1) // self.block_size)
+
+    def _unreserve(self, r: Request) -> None:
+        self.reserved_blocks -= r.reserved_blocks
+        r.reserved_blocks = 0
 
     # -- completing steps -----------------------------------------------------------------
 
@@ -470,6 +491,7 @@ class ReplicaScheduler:
         if segment is not None:
             r.gen_segments.append(segment)
         r.num_computed_tokens = 0
+        self._unreserve(r)
         r.num_preemptions += 1
         self.num_preemptions += 1
         r.transition(RequestStatus.PREEMPTED)
@@ -481,6 +503,7 @@ class ReplicaScheduler:
         if r.status is RequestStatus.RUNNING:
             self.kv.release(r, r.num_computed_tokens, None)
             del self.running[r]
+            self._unreserve(r)
         r.status = RequestStatus.FINISHED  # legal from every other state
         if reason is FinishReason.LENGTH:
             self.success_length += 1
@@ -599,6 +622,11 @@ class ReplicaScheduler:
         for r in self.waiting:
             if r.status not in (RequestStatus.WAITING, RequestStatus.PREEMPTED) or r.kv_path:
                 raise AssertionError(f"{r} in waiting queue holds KV or has a bad state")
+            if r.reserved_blocks:
+                raise AssertionError(f"{r} in waiting queue holds a reservation")
+        reserved = sum(r.reserved_blocks for r in self.running)
+        if reserved != self.reserved_blocks or reserved > self.kv.num_blocks:
+            raise AssertionError(f"reservations {self.reserved_blocks} != running's {reserved}")
         self.kv.check(private)
         if self.kv.used > self.kv.num_blocks:
             raise AssertionError("KV blocks in use exceed capacity")

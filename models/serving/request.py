@@ -115,6 +115,7 @@ class Request:
         "num_tokens",
         "prompt_tokens",
         "queued_s",
+        "reserved_blocks",
         "seq_no",
         "spec",
         "status",
@@ -123,6 +124,7 @@ class Request:
 
     def __init__(self, spec: RequestSpec, seq_no: int, arrival_s: float) -> None:
         self.spec = spec
+        self.reserved_blocks = 0  # KV blocks reserved for its whole sequence (admission reserve)
         self.seq_no = seq_no  # unique within one simulation run, assigned by the cluster
         self.queued_s = arrival_s
         self.status = RequestStatus.WAITING

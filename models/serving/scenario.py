@@ -17,7 +17,7 @@ its inputs.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from models.gpu_catalog import Precision, get_gpu, parse_precision
 from models.model_catalog import get_model
 from models.serving.cluster import Cluster
 from models.serving.config import (
+    ADMISSION_POLICIES,
     CacheConfig,
     ClusterConfig,
     ReplicaConfig,
@@ -135,6 +136,14 @@ SCENARIO_FIELDS: tuple[FieldSpec, ...] = (
         minimum=2,
         optional=True,
         shown_default=str(DEFAULT_MAX_MODEL_LEN),
+    ),
+    FieldSpec(
+        "admission",
+        "choice",
+        "vllm",
+        "vllm (admit on the prompt's blocks; a full KV cache preempts and recomputes) or reserve "
+        "(admit only when the whole sequence's blocks are free: never preempts)",
+        choices=ADMISSION_POLICIES,
     ),
     FieldSpec("gpu_memory_utilization", "float", 0.9, "fraction of GPU memory vLLM takes"),
     FieldSpec("block_size", "int", 16, "KV-cache block, in tokens", minimum=1),
@@ -262,6 +271,7 @@ class ScenarioConfig:
     max_num_seqs: int | None = None
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
+    admission: str = "vllm"
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     enable_prefix_caching: bool = True
@@ -481,6 +491,7 @@ class ResolvedEngine:
     max_model_len: int
     enable_prefix_caching: bool
     gpu_memory_utilization: float
+    admission: str = "vllm"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -536,6 +547,7 @@ def resolve_engine(scenario: ScenarioConfig) -> tuple[ResolvedEngine, RooflinePr
         max_model_len=max_model_len,
         enable_prefix_caching=scenario.enable_prefix_caching,
         gpu_memory_utilization=scenario.gpu_memory_utilization,
+        admission=scenario.admission,
     )
     return engine, predictor
 
@@ -547,6 +559,7 @@ def cluster_config(scenario: ScenarioConfig, engine: ResolvedEngine) -> ClusterC
             max_num_seqs=engine.max_num_seqs,
             max_num_batched_tokens=engine.max_num_batched_tokens,
             max_model_len=engine.max_model_len,
+            admission=engine.admission,
         ),
     )
     return ClusterConfig(replica, scenario.replicas, RouterPolicy(scenario.router))
@@ -659,29 +672,31 @@ def run_scenario(scenario: ScenarioConfig, options: SimulationOptions | None = N
     specs = make_workload(scenario)  # first: a bad trace line is reported before anything runs
     engine, predictor = resolve_engine(scenario)
     cluster = Cluster(cluster_config(scenario, engine), predictor, options)
-    result = cluster.run(specs, max_concurrency=scenario.max_concurrency)
-    return ScenarioRun(scenario, engine, result, client_delays(scenario, result))
+    delays = client_delays(scenario, [s.request_id for s in specs])
+    result = cluster.run(specs, max_concurrency=scenario.max_concurrency, client_delay_s=delays)
+    return ScenarioRun(scenario, engine, result, delays)
 
 
 #: a stream of its own for the client delays, so turning them on leaves the workload as it was
 _CLIENT_STREAM = 0x636C69656E74
 
 
-def client_delays(scenario: ScenarioConfig, result: SimulationResult) -> dict[str, float]:
+def client_delays(scenario: ScenarioConfig, request_ids: Sequence[str]) -> dict[str, float]:
     """Each request's client + network delay in seconds: client_delay_ms plus a normal jitter
     of standard deviation client_jitter_ms, cut at 0; drawn from the seed in request order.
     What a client adds to the TTFT and E2E latency it measures (the request's trip to the
     server and the response's trip back, the HTTP stack, the client's tokenisation); it moves
-    every token of a request equally, so TPOT and ITL do not change. Empty when both are 0."""
+    every token of a request equally, so TPOT and ITL do not change. Under max_concurrency it
+    also keeps the request's slot busy until the response has reached its client
+    (Cluster.run). Empty when both are 0."""
     mean = scenario.client_delay_ms / 1000.0
     sigma = scenario.client_jitter_ms / 1000.0
     if mean == 0 and sigma == 0:
         return {}
     rng = np.random.default_rng([scenario.seed, _CLIENT_STREAM])
-    draws = rng.standard_normal(len(result.requests))
+    draws = rng.standard_normal(len(request_ids))
     return {
-        r.request_id: max(0.0, mean + sigma * float(z))
-        for r, z in zip(result.requests, draws, strict=True)
+        rid: max(0.0, mean + sigma * float(z)) for rid, z in zip(request_ids, draws, strict=True)
     }
 
 

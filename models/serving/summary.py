@@ -273,3 +273,18 @@ def print_benchmark_result(
 ) -> None:
     """Print format_benchmark_result(summary, **kwargs)."""
     print(format_benchmark_result(summary, **kwargs), file=file or sys.stdout)  # type: ignore[arg-type]
+
+
+def preemption_warning(num_preemptions: int, num_requests: int, kv_cache_tokens: int) -> str | None:
+    """A warning when a run preempted more often than it served requests (issue #11): its
+    numbers then hang on how preemption and recompute play out, which swings throughput by
+    tens of percent with small changes (prefix caching on or off, a slightly different KV
+    size). None when preemptions are fewer than requests."""
+    if num_requests <= 0 or num_preemptions <= num_requests:
+        return None
+    return (
+        f"warning: {num_preemptions:,} preemptions for {num_requests:,} requests: the KV cache "
+        f"({kv_cache_tokens:,} tokens per replica) is too small for this load, and the result "
+        "depends on preemption and recompute; --admission reserve, a higher "
+        "--gpu-memory-utilization or more GPUs avoid it (docs/simulator.md, 'A full KV cache')"
+    )

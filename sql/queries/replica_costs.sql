@@ -2,8 +2,8 @@
 -- (deployment_replicas), its GPU cost over the hours [$start, $end) (mart_replica_hours: total,
 -- idle, GPU-hours, priced GPU-hours and the $/GPU-hour they imply), and the mean DCGM
 -- utilization of its GPUs where the GPU -> replica mapping is known: a DCGM series whose `pod`
--- label (dcgm-exporter --kubernetes) names the replica or its host, else whose `Hostname` is
--- the replica's host (host.name of its engine spans) when no other replica runs on that host.
+-- label (dcgm-exporter --kubernetes) names the replica or its host, else whose `Hostname` (or
+-- `hostname`, newer dcgm-exporter's spelling) is the replica's host (host.name of its engine spans) when no other replica runs on that host.
 -- Elsewhere gpu_util is NULL (a host shared by several replicas does not say which GPU is
 -- whose). The environment and model filters select deployments.
 with selected as (
@@ -25,7 +25,7 @@ dcgm as (
     select
         target, series_key, value / 100.0 as util,
         labels['pod'] as pod,
-        labels['Hostname'] as hostname
+        coalesce(labels['Hostname'], labels['hostname']) as hostname
     from canonical_metric_samples()
     where metric = 'DCGM_FI_DEV_GPU_UTIL' and ts >= $start and ts < $end
 ),
