@@ -14,12 +14,14 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
+from datetime import UTC
 from typing import TYPE_CHECKING, Any
 
+import flask
 from dash import Input, Output, State, callback, clientside_callback, dcc, html
 from dash.exceptions import PreventUpdate
 
-from app import context
+from app import context, palette
 from app.exports import csv_download
 from app.figures import FigureFn, empty_figure
 from app.filters import FILTER_ID, filters_from, parse, zoomed
@@ -44,6 +46,25 @@ def ids(page: str) -> Callable[[str], str]:
         return f"{page}-{name}"
 
     return make
+
+
+def form_fields(
+    id_of: Callable[[str], str],
+) -> tuple[Callable[[str, Any, str], html.Div], Callable[..., html.Div]]:
+    """An admin form's two field builders for one page's ids: `field(label, control, name)`
+    labels a control whose id is id_of(name); `text(name, label, **input_props)` is a labelled
+    text input."""
+
+    def field(label: str, control: Any, name: str) -> html.Div:
+        return html.Div(
+            [html.Label(label, htmlFor=id_of(name), className="admin-label"), control],
+            className="admin-field",
+        )
+
+    def text(name: str, label: str, **extra: Any) -> html.Div:
+        return field(label, dcc.Input(id=id_of(name), type="text", **extra), name)
+
+    return field, text
 
 
 def stat(label: str, value: str, *, hint: str | None = None, id: str | None = None) -> html.Div:
@@ -291,3 +312,89 @@ def pager_state(offset: int, shown: int, total: int) -> tuple[str, bool, bool]:
 def turned_offset(older: bool, offset: int | None, page_size: int) -> int:
     """The offset after Older (or Newer); the page reader keeps it within the last page."""
     return max(0, (offset or 0) + (page_size if older else -page_size))
+
+
+# --------------------------------------------------------------------------- roles and badges
+def may(role: str) -> bool:
+    """Whether this request's user has `role` (everyone while sign-in is off): pages show
+    editing controls only to those who may use them (their callbacks check again, and the
+    sign-in guard refuses a forged call). False outside a request (Dash's layout check)."""
+    if not flask.has_request_context():
+        return False
+    return context.allowed({"min_role": role})
+
+
+#: Budget and alert states -> their words and badge colours (text, background; app/palette.py).
+STATUS_WORDS = {
+    "ok": ("OK", *palette.BADGE_GOOD),
+    "warning": ("Warning", *palette.BADGE_CAUTION),
+    "at_risk": ("At risk", *palette.BADGE_RISK),
+    "over": ("Over", *palette.BADGE_BAD),
+    "info": ("Info", *palette.BADGE_INFO),
+    "critical": ("Critical", *palette.BADGE_BAD),
+    "pending": ("Pending", *palette.BADGE_CAUTION),
+    "firing": ("Firing", *palette.BADGE_BAD),
+    "resolved": ("Resolved", *palette.BADGE_GOOD),
+    "cancelled": ("Cancelled", *palette.BADGE_NEUTRAL),
+}
+
+
+def badge(status: str, *, id: str | None = None) -> html.Span:
+    """A coloured word for a budget status, an alert state or a severity (inline colours: one
+    place, here, names them)."""
+    words, ink, fill = STATUS_WORDS.get(status, (status, *palette.BADGE_UNKNOWN))
+    extra = {"id": id} if id else {}
+    return html.Span(
+        words,
+        className=f"badge badge-{status}",
+        style={
+            "color": ink,
+            "background": fill,
+            "padding": "0.1rem 0.5rem",
+            "borderRadius": "0.75rem",
+            "fontSize": "0.85rem",
+            "fontWeight": 600,
+            "whiteSpace": "nowrap",
+        },
+        **extra,
+    )
+
+
+def amount(value: float | None, currency: str = "USD") -> str:
+    """Money in a budget's currency: "$1,234.50" for USD, "1,234.50 EUR" otherwise."""
+    if value is None:
+        return "–"
+    return money(value) if currency == "USD" else f"{value:,.2f} {currency}"
+
+
+def when(value: Any) -> str:
+    """An instant as "2026-12-02 14:05 UTC" ("–" for none)."""
+    return f"{value.astimezone(UTC):%Y-%m-%d %H:%M} UTC" if value else "–"
+
+
+def config_changes_table(changes: Any, *, what: str = "Name", kinds: bool = False) -> html.Table:
+    """Rows of config_changes (budgets, rules, channels, silences: changed_at, changed_by,
+    action, object_name, old_values, new_values) as a table, newest first as given; `kinds`
+    prefixes each name with its kind ("rule spike")."""
+    head = ["When", "By", "Action", what, "Before", "After"]
+    return html.Table(
+        [
+            html.Thead(html.Tr([html.Th(h, scope="col") for h in head])),
+            html.Tbody(
+                [
+                    html.Tr(
+                        [
+                            html.Td(when(c.changed_at)),
+                            html.Td(c.changed_by),
+                            html.Td(c.action),
+                            html.Td(f"{c.object_kind} {c.object_name}" if kinds else c.object_name),
+                            html.Td(c.old_values or "", className="config-values"),
+                            html.Td(c.new_values or "", className="config-values"),
+                        ]
+                    )
+                    for c in changes
+                ]
+            ),
+        ],
+        className="table admin-table",
+    )

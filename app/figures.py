@@ -463,3 +463,131 @@ def waterfall(tree: TraceTree) -> dict[str, Any]:
         },
     }
     return {"data": traces, "layout": layout}
+
+
+# --- budgets (issue #12) ---------------------------------------------------------------------
+def sparkline(
+    actual: Sequence[tuple[Any, float]],
+    limit: float,
+    *,
+    over: bool = False,
+    period: tuple[Any, Any] | None = None,
+) -> go.Figure:
+    """A budget's cumulative spend so far (a line) against its limit (a dashed line), for a
+    row of the budgets list: no axes, no legend, no hover chrome; the x axis spans `period`
+    (start, end) when given, so the line's length shows how far the period has run. `over`
+    draws it in the alarm colour."""
+    xs = [x for x, _ in actual]
+    colour = palette.VERMILION if over else palette.BRAND
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=xs,
+                y=[y for _, y in actual],
+                name="Spent",
+                mode="lines",
+                line={"color": colour, "width": 2},
+                hovertemplate="%{x|%Y-%m-%d %H:00}: $%{y:,.2f}<extra></extra>",
+            )
+        ]
+    )
+    fig.add_hline(y=limit, line={"color": palette.INK, "width": 1, "dash": "dash"})
+    top = max([limit, *(y for _, y in actual)]) * 1.05
+    fig.update_layout(
+        margin={"l": 0, "r": 0, "t": 2, "b": 2},
+        paper_bgcolor=palette.TRANSPARENT,
+        plot_bgcolor=palette.TRANSPARENT,
+        showlegend=False,
+        xaxis={"visible": False, **({"range": list(period)} if period else {})},
+        yaxis={"visible": False, "range": [0, top]},
+    )
+    return fig
+
+
+def budget_figure(
+    actual: Sequence[tuple[Any, float]],
+    band: Sequence[tuple[Any, float, float, float]],
+    limit: float,
+    *,
+    currency: str = "USD",
+    period: tuple[Any, Any] | None = None,
+    thresholds: Sequence[tuple[float, float]] = (),
+) -> go.Figure:
+    """A budget's detail chart: cumulative actual spend (line), the forecast band to the end
+    of its period (P10–P90 shaded, P50 dashed) and the limit (a horizontal line). Traces in
+    that order: Actual, P90, P10 (filled up to P90), P50 forecast, Limit. `thresholds`
+    (percent, amount) below 100 % are dotted lines, labelled, drawn as shapes (no trace)."""
+    unit = "$" if currency == "USD" else ""
+    suffix = "" if currency == "USD" else f" {currency}"
+    money_hover = f"{unit}%{{y:,.2f}}{suffix}"
+    bx = [b[0] for b in band]
+    fig = go.Figure(
+        [
+            go.Scatter(
+                x=[x for x, _ in actual],
+                y=[y for _, y in actual],
+                name="Actual (cumulative)",
+                mode="lines",
+                line={"color": palette.BRAND, "width": 2.5, "shape": "hv"},
+                hovertemplate=f"%{{x|%Y-%m-%d %H:00}} UTC<br>Spent {money_hover}<extra></extra>",
+            ),
+            go.Scatter(
+                x=bx,
+                y=[b[3] for b in band],
+                name="Forecast P90",
+                mode="lines",
+                line={"color": palette.SKY_BLUE, "width": 0.5},
+                showlegend=False,
+                hovertemplate=f"P90 {money_hover}<extra></extra>",
+            ),
+            go.Scatter(
+                x=bx,
+                y=[b[1] for b in band],
+                name="Forecast P10–P90",
+                mode="lines",
+                fill="tonexty",
+                fillcolor=palette.FORECAST_BAND,
+                line={"color": palette.SKY_BLUE, "width": 0.5},
+                hovertemplate=f"P10 {money_hover}<extra></extra>",
+            ),
+            go.Scatter(
+                x=bx,
+                y=[b[2] for b in band],
+                name="Forecast P50",
+                mode="lines",
+                line={"color": palette.BLUE, "width": 2, "dash": "dash"},
+                hovertemplate=f"%{{x|%Y-%m-%d %H:00}} UTC<br>P50 {money_hover}<extra></extra>",
+            ),
+        ]
+    )
+    xs = [x for x, _ in actual] + bx
+    ends = list(period) if period is not None else [min(xs, default=None), max(xs, default=None)]
+    fig.add_trace(
+        go.Scatter(
+            x=ends,
+            y=[limit, limit],
+            name="Limit",
+            mode="lines",
+            line={"color": palette.VERMILION, "width": 2},
+            hovertemplate=f"Limit {money_hover}<extra></extra>",
+        )
+    )
+    for percent, level in thresholds:
+        if percent < 100:
+            fig.add_hline(
+                y=level,
+                line={"color": palette.GREY, "width": 1, "dash": "dot"},
+                annotation_text=f"{percent:g} %",
+                annotation_position="top left",
+            )
+    style(fig)
+    fig.update_yaxes(
+        title_text=f"Cumulative spend ({currency})",
+        tickprefix=unit,
+        separatethousands=True,
+        rangemode="tozero",
+    )
+    fig.update_xaxes(title_text="UTC")
+    legend_on_top(fig)
+    fig.update_layout(legend={"traceorder": "normal"})
+    return fig

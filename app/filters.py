@@ -9,10 +9,11 @@ lastmonth, in UTC with weeks starting on Monday; custom), start/end (custom; ISO
 datetimes, UTC; a date as end includes that day), env, team, app, route, model, idle
 (separate, usage, even, configured), refresh (auto-refresh every N seconds), and the
 page-level choices of :data:`PAGE_KEYS` (Spend's breakdown `by`, Unit economics'
-`models_of`). Anything unknown or malformed falls back to the default and is reported, never a
-crash. A custom range is clamped in one place, :func:`clamp_window` (issue #17: an end in
-year 9999 overflowed and failed every chart): no earlier than :data:`EARLIEST`, no later than
-a day past the current hour, at most :data:`MAX_SPAN` long. :meth:`UrlState.absolute` turns
+`models_of`, the budget whose detail the Budgets page shows). Anything unknown or malformed
+falls back to the default and is reported, never a crash. A custom range is clamped in one
+place, :func:`clamp_window` (issue #17: an end in year 9999 overflowed and failed every
+chart): no earlier than :data:`EARLIEST`, no later than a day past the current hour, at most
+:data:`MAX_SPAN` long. :meth:`UrlState.absolute` turns
 any range into the custom range it stands for now, so a link copied on Monday shows the same
 numbers on Friday (issue #10).
 """
@@ -63,7 +64,7 @@ FILTER_KEYS = tuple(FILTER_FIELDS)
 #: every chart while this picks one card's subject). The page that reads one validates it
 #: (:meth:`UrlState.choice`): a value it does not offer (another page's) falls back to its
 #: default.
-PAGE_KEYS = ("by", "models_of")
+PAGE_KEYS = ("by", "models_of", "budget")
 #: What a page-level value may hold: a dimension, or a name from the data such as a workflow
 #: (words in any script, spaces, and . : / @ + -); anything else is dropped with a notice.
 _PAGE_VALUE = re.compile(r"[\w .:/@+-]{1,128}")

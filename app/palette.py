@@ -62,6 +62,16 @@ SPAN_TOOLS = "#a21caf"
 SPAN_OTHER = "#9ca3af"
 CRITICAL_PATH = "#111827"  # the outline of a span on the critical path
 
+# --- budget and alert badges: (text, background), contrast 4.5:1 or more (issue #12) ----------
+BADGE_GOOD = ("#14532d", "#dcfce7")
+BADGE_CAUTION = ("#713f12", "#fef3c7")
+BADGE_RISK = ("#7c2d12", "#ffedd5")
+BADGE_BAD = (WHITE, FAILED_TEXT)
+BADGE_INFO = ("#1e3a8a", "#dbeafe")
+BADGE_NEUTRAL = ("#374151", "#e5e7eb")
+BADGE_UNKNOWN = (INK, "#e5e7eb")
+FORECAST_BAND = "rgba(86,180,233,0.25)"  # SKY_BLUE at a quarter: the P10-P90 band
+
 
 def cycle(colours: tuple[str, ...], i: int) -> str:
     """The i-th colour of a palette, wrapping round."""

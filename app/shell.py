@@ -60,7 +60,7 @@ _TICK_JS = """function(n) {
     return n;
 }"""
 #: Pages that arrive with later issues keep their place in the navigation.
-COMING = (("Budgets & alerts", "/budgets"), ("Capacity planner", "/capacity"))
+COMING = (("Capacity planner", "/capacity"),)
 
 
 def filter_options(filters: Filters) -> dict[str, list[str]]:

@@ -229,26 +229,52 @@ def replica_names(replicas: int) -> list[str]:
     ]
 
 
+# The weekly pattern (issue #12's forecast back-test): weekdays busier than weekends, the
+# factors by UTC weekday (Monday first) scaled to a mean of 1 over the week.
+WEEKDAY_FACTORS = (1.12, 1.15, 1.15, 1.12, 1.05, 0.55, 0.45)
+DAY_NOISE = 0.08  # each day's level: x(1 +- 8 %), uniform
+WEEKLY_TREND = 0.015  # +1.5 % a week, compounding hourly
+
+
 def plan_hours(
-    requests: int, rate_per_s: float, start: datetime, seed: int, diurnal: bool = True
+    requests: int,
+    rate_per_s: float,
+    start: datetime,
+    seed: int,
+    diurnal: bool = True,
+    *,
+    weekly: bool = False,
+    max_hours: int | None = None,
 ) -> list[Hour]:
-    """Hours from `start` until `requests` have arrived. With `diurnal`, the hourly rate follows
-    the day (x0.5 at 03:00 UTC to x1.5 at 15:00) with +-10 % hour-to-hour noise, mean
-    `rate_per_s`; the last hour holds the remainder."""
+    """Hours from `start` until `requests` have arrived (or `max_hours` hours have passed). With
+    `diurnal`, the hourly rate follows the day (x0.5 at 03:00 UTC to x1.5 at 15:00) with +-10 %
+    hour-to-hour noise, mean `rate_per_s`; the last hour holds the remainder. With `weekly`,
+    also the weekday (:data:`WEEKDAY_FACTORS`), a day-to-day level noise (:data:`DAY_NOISE`)
+    and a mild trend (:data:`WEEKLY_TREND`), drawn from their own generator so the diurnal
+    draws stay what they were."""
     if requests < 1 or rate_per_s <= 0:
         raise ValueError("requests and rate_per_s must be positive")
     if start.utcoffset() is None or start.minute or start.second or start.microsecond:
         raise ValueError("start must be a timezone-aware whole hour")
     rng = random.Random(seed)
+    day_rng = random.Random(seed * 7919 + 17)
+    day_levels: dict[int, float] = {}
+    week_mean = sum(WEEKDAY_FACTORS) / 7
     hours: list[Hour] = []
     start_ns = int(start.timestamp()) * 1_000_000_000
     left = requests
-    while left > 0:
+    while left > 0 and (max_hours is None or len(hours) < max_hours):
         moment = start + timedelta(hours=len(hours))
         factor = 1.0
         if diurnal:
             shape = 1 + 0.5 * math.sin(2 * math.pi * (moment.hour - 9) / 24)
             factor = shape * (0.9 + 0.2 * rng.random())
+        if weekly:
+            day = len(hours) // 24
+            if day not in day_levels:
+                day_levels[day] = 1 + DAY_NOISE * (2 * day_rng.random() - 1)
+            trend = (1 + WEEKLY_TREND) ** (len(hours) / 168)
+            factor *= WEEKDAY_FACTORS[moment.weekday()] / week_mean * day_levels[day] * trend
         n = min(left, max(1, round(rate_per_s * 3600 * factor)))
         hours.append(Hour(start_ns + len(hours) * HOUR_NS, n, factor))
         left -= n
@@ -1009,14 +1035,17 @@ def generate(
     memory_limit: str = "2GB",
     threads: int = 2,
     progress: bool = False,
+    weekly: bool = False,
+    max_hours: int | None = None,
 ) -> Generated:
     """Create a new database at `db_path` (through Storage, so the schema is the real one) and
     fill spans, scrapes and metric_samples with `requests` requests arriving at `rate_per_s`
-    on average from `start`; deployments get config rows when that table exists. The price
-    book is left to its seed (the server seeds it at start)."""
+    on average from `start` (stopping after `max_hours` hours if given; `weekly` adds the
+    weekly pattern of :func:`plan_hours`); deployments get config rows when that table
+    exists. The price book is left to its seed (the server seeds it at start)."""
     if Path(db_path).exists():
         raise FileExistsError(f"{db_path} exists; generate() only fills a new database")
-    hours = plan_hours(requests, rate_per_s, start, seed)
+    hours = plan_hours(requests, rate_per_s, start, seed, weekly=weekly, max_hours=max_hours)
     with Storage(db_path, memory_limit=memory_limit, threads=threads) as storage:
         storage.write(_configure_deployments)
         return _fill(storage, hours, replicas, seed, chunk_requests, progress)
@@ -1060,6 +1089,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-limit", default="2GB")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--force", action="store_true", help="replace an existing database")
+    parser.add_argument(
+        "--weeks",
+        type=int,
+        default=None,
+        help="generate this many weeks with the weekly pattern (weekdays busier, day-to-day "
+        "noise, a mild trend) instead of stopping at --requests",
+    )
     args = parser.parse_args(argv)
 
     db = Path(args.db)
@@ -1073,6 +1109,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"not enough disk: {free / 2**30:.1f} GiB free, ~{need / 2**30:.1f} GiB needed")
         return 2
     start = datetime.fromisoformat(args.start)
+    if args.weeks is not None:
+        # Enough requests never to run out first; the hour cap ends the data.
+        args.requests = round(args.rate * 3600 * 168 * args.weeks * 2)
     result = generate(
         db,
         args.requests,
@@ -1084,6 +1123,8 @@ def main(argv: list[str] | None = None) -> int:
         memory_limit=args.memory_limit,
         threads=args.threads,
         progress=True,
+        weekly=args.weeks is not None,
+        max_hours=None if args.weeks is None else 168 * args.weeks,
     )
     print(
         f"{result.requests:,} requests from {result.start:%Y-%m-%d %H:%M} to "

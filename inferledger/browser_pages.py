@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from inferledger.core.errors import InferLedgerError
 
@@ -39,6 +40,8 @@ PAGES = (
     ("latency", "/latency"),
     ("gpu", "/gpu"),
     ("requests", "/requests"),
+    ("budgets", "/budgets"),
+    ("alerts", "/alerts"),
 )
 
 _READY_JS = """
@@ -154,7 +157,12 @@ def time_page(page: Any, url: str, name: str, timeout_s: float = 30.0) -> PageTi
 
 
 def screenshot_pages(
-    base_url: str, out: Path, query: str = "", trace_id: str | None = None, **login: str
+    base_url: str,
+    out: Path,
+    query: str = "",
+    trace_id: str | None = None,
+    budget: str | None = None,
+    **login: str,
 ) -> list[Path]:
     """A PNG of every page (1280 px wide, full height) into `out`; returns the files."""
     out.mkdir(parents=True, exist_ok=True)
@@ -162,6 +170,8 @@ def screenshot_pages(
     pages = list(PAGES)
     if trace_id:
         pages.append(("trace", f"/trace/{trace_id}"))
+    if budget:
+        pages.append(("budget", f"/budgets?{urlencode({'budget': budget})}"))
     with chromium() as page:
         if login:
             sign_in(page, base_url, login["user"], login["password"])

@@ -119,6 +119,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_users_parser(sub)
 
+    from inferledger.alerts_cli import add_parser as add_alerts_parser
+
+    add_alerts_parser(sub)
+
     # `inferledger trace export`: a replay trace from the ledger's requests (ledger/traces.py)
     trace = sub.add_parser("trace", help="replay traces from the ledger's observed requests")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
@@ -222,6 +226,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from inferledger.users_cli import run as run_users
 
         return run_users(args)
+    if args.command in ("budgets", "alerts", "tokens"):
+        from inferledger.alerts_cli import run as run_alerts
+
+        return run_alerts(args)
     if args.command == "trace":
         return _trace_export(args)
     return 1

@@ -364,3 +364,56 @@ def partial_scrapes(
             prompt_tokens=500, completion_tokens=50,
         )  # fmt: skip
     spans.store(storage)
+
+
+# --------------------------------------------------------------- alerts (issue #12)
+UNPRICED_MODEL = "mystery-model"
+
+
+def unpriced_requests(storage: Storage, base_ns: int, n: int = 3) -> None:
+    """`n` requests of chat's /ask (team search) to a model the price book does not know,
+    one a second from `base_ns`, stored and the marts refreshed: unpriced usage an
+    unpriced_usage rule fires on (the bundled prices are seeded first)."""
+    from ledger.marts import refresh
+    from ledger.price_book import seed_if_empty
+
+    seed_if_empty(storage, None)
+    spans = SpanSet(base_ns)
+    for i in range(n):
+        trace = spans.new_trace()
+        root = spans.root(trace, i, i + 2, app="chat", route="/ask", team="search")
+        spans.llm_call(
+            trace,
+            root,
+            i + 0.1,
+            i + 1.5,
+            model=UNPRICED_MODEL,
+            provider="mystery",
+            input_tokens=100,
+            output_tokens=20,
+        )
+    spans.store(storage)
+    refresh(storage)
+
+
+def watch_unpriced(
+    storage: Storage, hook_url: str, *, by: str, name: str = "unpriced", per_model: bool = True
+) -> None:
+    """A webhook channel `hook` to `hook_url` and an unpriced_usage rule (1 request in an hour
+    fires it, at once) notifying it, one alert per model unless `per_model` is off."""
+    from ledger.alert_rules import save_channel, save_rule
+    from models.alert_config import AlertRule, Channel
+
+    save_channel(storage, Channel(name="hook", kind="webhook", config={"url": hook_url}), by=by)
+    rule = AlertRule(
+        name=name,
+        kind="unpriced_usage",
+        owner="ops@example.com",
+        window_s=3600,
+        threshold=1,
+        resolve_threshold=0.5,
+        pending_s=0,
+        channels=("hook",),
+        group_by=("model",) if per_model else (),
+    )
+    save_rule(storage, rule, by=by)

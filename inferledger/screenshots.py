@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from inferledger.server import serve_in_thread
     from inferledger.settings import load_settings
+    from ledger.budgets import list_budgets
 
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(args.db) if args.db else Path(tmp) / "demo.duckdb"
@@ -63,8 +64,11 @@ def main(argv: list[str] | None = None) -> int:
             "select trace_id from mart_requests where hosting = 'self_hosted' and app is not null"
             " order by prefill_cost + decode_cost desc limit 1"
         )
+        # a budget's detail view too: the demo's smallest (its team budget)
+        budgets = sorted(list_budgets(service.storage), key=lambda b: b.amount)
+        budget = budgets[0].name if budgets else None
         try:
-            files = screenshot_pages(url, Path(args.out), trace_id=trace)
+            files = screenshot_pages(url, Path(args.out), trace_id=trace, budget=budget)
         finally:
             service.request_stop()
             thread.join(30)

@@ -17,9 +17,11 @@ from typing import Any
 import flask
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from app.api import register_api
 from app.auth import observe_sign_ins
 from app.factory import create_app
-from inferledger.core.errors import StorageError
+from inferledger.alerting import Alerting
+from inferledger.core.errors import InferLedgerError, SettingsError, StorageError
 from inferledger.core.http_server import Deadlines, WaitressRunner, wait_until
 from inferledger.core.service_metrics import ServiceMetrics
 from inferledger.core.settings import Settings
@@ -30,20 +32,30 @@ from ingest.outcome_receiver import OutcomeReceiver
 from ingest.scraper import Scraper, scrape_executors
 from ingest.span_ingestor import SpanIngestor
 from ingest.spool import Spool
+from ledger.alerts_file import sync_alerts_file
 from ledger.deployments import sync_configured
 from ledger.efficiency import seed_slo_targets_if_empty
 from ledger.marts import Refresher
 from ledger.price_book import seed_if_empty
+from models.alert_config import ConfigError
 
 log = logging.getLogger(__name__)
 
 
 def prepare_reference_data(storage: Storage, settings: Settings) -> None:
     """What the cost model needs besides telemetry, at every open: the configured deployments,
-    and the price book and SLO targets seeded into a database that never had them."""
+    and the price book and SLO targets seeded into a database that never had them, and the
+    alerts file (alerts.file) applied."""
     sync_configured(storage, settings["deployments"])
     seed_if_empty(storage, settings["prices.file"] or None)
     seed_slo_targets_if_empty(storage)
+    if settings["alerts.file"]:
+        # Budgets, rules and channels as code (issue #12): a bad file stops the start with
+        # its one-line message, like other bad config; nothing of it is written.
+        try:
+            sync_alerts_file(storage, settings["alerts.file"])
+        except ConfigError as exc:
+            raise SettingsError(str(exc)) from None
 
 
 _DRAIN_TIMEOUT_S = 15.0
@@ -137,6 +149,8 @@ class Service:
             max_scrape_gap_ns=settings["ledger.max_scrape_gap_s"] * 1_000_000_000,
             metrics=self.metrics,
         )
+        # Budgets and alert rules (issue #12): evaluation and notification delivery.
+        self.alerting = Alerting(self.storage, settings)
         self.ready = threading.Event()
         self._inflight = 0
         self._inflight_lock = threading.Lock()
@@ -180,6 +194,7 @@ class Service:
                 id="ledger-refresh",
                 next_run_time=datetime.now(UTC),
             )
+        self.alerting.schedule(self.scheduler)
 
     def refresh_ledger(self) -> None:
         """The scheduled refresh of the cost marts; a failure is logged and retried next run."""
@@ -187,6 +202,12 @@ class Service:
             self.refresher.refresh()
         except Exception:
             log.exception("ledger refresh failed; the next run retries the same hours")
+            return
+        # Evaluate the alert rules on the fresh data at once (a job of its own, so the caller
+        # does not wait), not one alerts.interval_s later: data-to-notification latency is
+        # then the refresh interval plus the refresh plus one evaluation.
+        if self._started and self.alerting.enabled:
+            self.scheduler.add_job(self.alerting.evaluate, name="alerts-after-refresh")
 
     def pause_refresh(self) -> bool:
         """Hold the scheduled ledger refresh (a refresh already running finishes). The demo's
@@ -214,6 +235,9 @@ class Service:
         # target (issue #17); the jobs it cuts short store nothing.
         self.scraper.close()
         self.scheduler.shutdown(wait=True)
+        # Sends in flight finish (each within its timeout) before the database closes; a
+        # notification cut short stays pending and is resent after the restart.
+        self.alerting.close()
         self.storage.close()
 
     # ------------------------------------------------------------------ HTTP
@@ -285,6 +309,8 @@ class Service:
         server.add_url_rule("/healthz", "healthz", healthz)
         server.add_url_rule("/readyz", "readyz", readyz)
         server.add_url_rule("/metrics", "service_metrics", metrics)
+        # GET /api/v1/budgets (per-user API tokens; app/api.py, issue #12)
+        register_api(server, self.storage, base_url=self.settings["auth.public_url"])
         server.after_request(self._security_headers)
 
     def _security_headers(self, resp: flask.Response) -> flask.Response:
@@ -377,8 +403,9 @@ def serve(settings: Settings) -> int:
     service = Service(settings)
     try:
         service.start()
-    except StorageError:
+    except InferLedgerError:
         service.stop()
+        service.storage.close()  # opened before a bad alerts file was found (idempotent)
         raise
     return service.serve_forever()
 

@@ -1,9 +1,11 @@
-"""The logic behind the Overview and Spend pages: the month-end forecast and the budget check,
-the top movers and why they moved, and the shapes the charts plot.
+"""The logic behind the Overview and Spend pages: the month-end forecast, the budgets the
+filters fall under (the budget tile), the top movers and why they moved, and the shapes the
+charts plot.
 
-The arithmetic here is pure (forecast_month_end, check_budget, decompose); the helpers that
-read take the storage gateway and run the named queries in sql/queries (overview_*.sql and the
-shared spend_*.sql), so every number comes from the same marts as the other pages.
+The arithmetic here is pure (forecast_month_end, budgets_for, by_urgency, decompose); the
+helpers that read take the storage gateway and run the named queries in sql/queries
+(overview_*.sql and the shared spend_*.sql), so every number comes from the same marts as the
+other pages; the budget tile's numbers are ledger.budget_status's, as on the Budgets page.
 
 **Forecast to month end** (:data:`FORECAST_METHOD`): the month's spend so far plus a run rate
 times the hours left. The run rate is the mean hourly spend over the last 7 days of complete
@@ -38,8 +40,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from ledger import coverage as cov
+from ledger.budget_status import BudgetStatus, budget_statuses
+from ledger.budgets import list_budgets
 from ledger.queries import Filters, QueryError, run
 from models import idle_policy
+from models.alert_config import Budget, scope_contains
 
 if TYPE_CHECKING:
     from inferledger.core.storage import Storage
@@ -155,43 +160,42 @@ def forecast_month_end(
     )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
-class BudgetCheck:
-    """Month-to-date and forecast spend against an optional monthly budget."""
-
-    budget: float | None
-    status: str  # none | on_track | at_risk | over
-    spent_share: float | None  # month to date ÷ budget
-    forecast_share: float | None  # forecast ÷ budget
-    message: str
+# ------------------------------------------------------------------------------ budget tile
+#: Which applicable budget the Overview's tile shows first: the most urgent status, then the
+#: highest forecast share of its amount.
+URGENCY = {"over": 3, "at_risk": 2, "warning": 1, "ok": 0}
+#: The filter bar's dimensions a budget's scope is matched against (Filters' fields).
+FILTER_DIMENSIONS = ("environment", "team", "app", "route", "model")
 
 
-def check_budget(forecast: Forecast, budget: float | None) -> BudgetCheck:
-    """`over` when the month's spend already exceeds the budget, `at_risk` when the forecast
-    does, else `on_track`; `none` without a budget (budgets arrive with their own issue)."""
-    if budget is None:
-        return BudgetCheck(None, "none", None, None, "No budget set")
-    if budget <= 0:
-        raise QueryError(f"a budget must be positive, got {budget}")
-    spent = forecast.month_to_date / budget
-    ahead = forecast.forecast / budget if forecast.forecast is not None else None
-    if forecast.month_to_date > budget:
-        over = forecast.month_to_date - budget
-        return BudgetCheck(
-            budget, "over", spent, ahead, f"Over budget by {_usd(over)} ({spent:.0%} spent)"
-        )
-    if ahead is not None and ahead > 1:
-        assert forecast.forecast is not None
-        return BudgetCheck(
-            budget,
-            "at_risk",
-            spent,
-            ahead,
-            f"Forecast {_usd(forecast.forecast)} exceeds the {_usd(budget)} budget "
-            f"by {_usd(forecast.forecast - budget)}",
-        )
-    shown = f"forecast {ahead:.0%} of budget" if ahead is not None else "no forecast yet"
-    return BudgetCheck(budget, "on_track", spent, ahead, f"{spent:.0%} spent, {shown}")
+def filter_scope(filters: Filters) -> dict[str, str]:
+    """The filters' selection as a scope: ``{dimension: value}`` of the set filters."""
+    return {d: v for d in FILTER_DIMENSIONS if (v := getattr(filters, d))}
+
+
+def budgets_for(filters: Filters, candidates: Iterable[Budget]) -> list[Budget]:
+    """The budgets the filters' selection falls under: those whose whole scope the selection
+    holds (filters team=search: the organisation's budget and search's, not a budget of one
+    of search's apps, which covers only part of what the page shows)."""
+    selection = filter_scope(filters)
+    return [b for b in candidates if scope_contains(b.scope, selection)]
+
+
+def by_urgency(statuses: Iterable[BudgetStatus]) -> list[BudgetStatus]:
+    """Most urgent first: over, at risk, warning, ok; then by forecast share, then name."""
+    return sorted(
+        statuses,
+        key=lambda s: (-URGENCY.get(s.status, 0), -(s.forecast_pct or 0.0), s.budget.name),
+    )
+
+
+def budget_tile(storage: Storage, filters: Filters, now: datetime) -> list[BudgetStatus]:
+    """The statuses of the budgets the filters fall under, most urgent first ([] if none).
+    Each budget is judged on its own period, whatever the page's time range."""
+    chosen = budgets_for(filters, list_budgets(storage))
+    if not chosen:
+        return []
+    return by_urgency(budget_statuses(storage, now, budgets=chosen))
 
 
 # ------------------------------------------------------------------------------ movers
@@ -416,7 +420,6 @@ class OverviewKpis:
     accepted_outcomes: int
     cost_per_accepted: float | None
     forecast: Forecast
-    budget: BudgetCheck
 
 
 def spend_kpis(storage: Storage, filters: Filters) -> dict[str, Any]:
@@ -428,7 +431,6 @@ def overview_kpis(
     filters: Filters,
     *,
     now: datetime | None = None,
-    budget: float | None = None,
 ) -> OverviewKpis:
     """Every number on the Overview's tiles, for the filters' range (the forecast: this month)."""
     now = _utc(now or datetime.now(UTC))
@@ -467,7 +469,6 @@ def overview_kpis(
         accepted_outcomes=int(outcomes["accepted_outcomes"]),
         cost_per_accepted=outcomes["cost_per_accepted"],
         forecast=forecast,
-        budget=check_budget(forecast, budget),
     )
 
 

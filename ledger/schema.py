@@ -190,3 +190,204 @@ slo_target_changes = sa.Table(
     sa.Column("old_values", sa.String),
     sa.Column("new_values", sa.String),
 )
+
+# ---------------------------------------------------------------- budgets and alerts (0016, #12)
+# JSON columns (scope, params, config, payload, old/new values) are VARCHAR holding a JSON object.
+
+
+def _json(name: str) -> sa.Column:
+    return sa.Column(name, sa.String, nullable=False, server_default=sa.text("'{}'"))
+
+
+def _source() -> sa.Column:
+    return sa.Column("source", sa.String, nullable=False)
+
+
+budgets = sa.Table(
+    "budgets",
+    metadata,
+    _serial("budget_id", "budget_ids"),
+    sa.Column("name", sa.String, nullable=False, unique=True),
+    _json("scope"),
+    sa.Column("period", sa.String, nullable=False),
+    sa.Column("week_start", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("reset_day", sa.Integer, nullable=False, server_default=sa.text("1")),
+    _when("custom_start", nullable=True),
+    _when("custom_end", nullable=True),
+    sa.Column("timezone", sa.String, nullable=False, server_default=sa.text("'UTC'")),
+    sa.Column("amount", sa.Float, nullable=False),
+    sa.Column("currency", sa.String, nullable=False, server_default=sa.text("'USD'")),
+    sa.Column("thresholds", sa.String, nullable=False, server_default=sa.text("'50,80,100'")),
+    sa.Column("forecast_alert", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("idle_policy", sa.String),
+    sa.Column("owner", sa.String, nullable=False),
+    sa.Column("channels", sa.String, nullable=False, server_default=sa.text("''")),
+    sa.Column("note", sa.String),
+    _source(),
+    _when("created_at", default_now=True),
+    _when("updated_at", default_now=True),
+    _when("archived_at", nullable=True),
+)
+
+alert_channels = sa.Table(
+    "alert_channels",
+    metadata,
+    sa.Column("name", sa.String, primary_key=True),
+    sa.Column("kind", sa.String, nullable=False),
+    _json("config"),
+    _source(),
+    _when("created_at", default_now=True),
+    _when("updated_at", default_now=True),
+    _when("archived_at", nullable=True),
+)
+
+alert_rules = sa.Table(
+    "alert_rules",
+    metadata,
+    _serial("rule_id", "alert_rule_ids"),
+    sa.Column("name", sa.String, nullable=False, unique=True),
+    sa.Column("kind", sa.String, nullable=False),
+    _json("scope"),
+    sa.Column("group_by", sa.String, nullable=False, server_default=sa.text("''")),
+    sa.Column("budget_name", sa.String),
+    _json("params"),
+    sa.Column("window_s", sa.BigInteger, nullable=False),
+    sa.Column("threshold", sa.Float, nullable=False),
+    sa.Column("resolve_threshold", sa.Float, nullable=False),
+    sa.Column("pending_s", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("resolve_s", sa.BigInteger, nullable=False, server_default=sa.text("300")),
+    sa.Column("repeat_s", sa.BigInteger, nullable=False, server_default=sa.text("86400")),
+    sa.Column("severity", sa.String, nullable=False, server_default=sa.text("'warning'")),
+    sa.Column("owner", sa.String, nullable=False),
+    sa.Column("channels", sa.String, nullable=False, server_default=sa.text("''")),
+    sa.Column("enabled", sa.Boolean, nullable=False, server_default=sa.true()),
+    sa.Column("note", sa.String),
+    _source(),
+    _when("created_at", default_now=True),
+    _when("updated_at", default_now=True),
+    _when("archived_at", nullable=True),
+)
+
+config_changes = sa.Table(
+    "config_changes",
+    metadata,
+    _serial("change_id", "config_change_ids"),
+    _when("changed_at", default_now=True),
+    sa.Column("changed_by", sa.String, nullable=False),
+    sa.Column("object_kind", sa.String, nullable=False),
+    sa.Column("object_name", sa.String, nullable=False),
+    sa.Column("action", sa.String, nullable=False),
+    sa.Column("old_values", sa.String),
+    sa.Column("new_values", sa.String),
+)
+
+alerts = sa.Table(
+    "alerts",
+    metadata,
+    _serial("alert_id", "alert_ids"),
+    sa.Column("rule_key", sa.String, nullable=False),
+    sa.Column("rule_name", sa.String, nullable=False),
+    sa.Column("kind", sa.String, nullable=False),
+    sa.Column("scope_key", sa.String, nullable=False),
+    sa.Column("state", sa.String, nullable=False),
+    sa.Column("severity", sa.String, nullable=False),
+    sa.Column("owner", sa.String, nullable=False),
+    _when("pending_since"),
+    _when("fired_at", nullable=True),
+    _when("clear_since", nullable=True),
+    _when("resolved_at", nullable=True),
+    _when("last_evaluated_at"),
+    sa.Column("value", sa.Float),
+    sa.Column("threshold", sa.Float),
+    sa.Column("peak_value", sa.Float),
+    sa.Column("summary", sa.String, nullable=False, server_default=sa.text("''")),
+    sa.Column("link", sa.String),
+    _when("last_notified_at", nullable=True),
+    sa.Column("notified_severity", sa.String),
+    sa.Column("notifications", sa.Integer, nullable=False, server_default=sa.text("0")),
+    sa.Column("acknowledged_by", sa.String),
+    _when("acknowledged_at", nullable=True),
+)
+
+alert_open = sa.Table(
+    "alert_open",
+    metadata,
+    sa.Column("rule_key", sa.String, primary_key=True),
+    sa.Column("scope_key", sa.String, primary_key=True),
+    sa.Column("alert_id", sa.BigInteger, nullable=False),
+)
+
+alert_events = sa.Table(
+    "alert_events",
+    metadata,
+    _serial("event_id", "alert_event_ids"),
+    sa.Column("alert_id", sa.BigInteger, nullable=False),
+    _when("event_at"),
+    sa.Column("event", sa.String, nullable=False),
+    sa.Column("actor", sa.String, nullable=False, server_default=sa.text("'evaluator'")),
+    sa.Column("detail", sa.String),
+)
+
+silences = sa.Table(
+    "silences",
+    metadata,
+    _serial("silence_id", "silence_ids"),
+    sa.Column("rule_key", sa.String),
+    _json("scope"),
+    _when("starts_at"),
+    _when("ends_at"),
+    sa.Column("reason", sa.String, nullable=False),
+    sa.Column("created_by", sa.String, nullable=False),
+    _when("created_at", default_now=True),
+    _when("ended_at", nullable=True),
+)
+
+notification_outbox = sa.Table(
+    "notification_outbox",
+    metadata,
+    _serial("notification_id", "notification_ids"),
+    sa.Column("idempotency_key", sa.String, nullable=False, unique=True),
+    sa.Column("alert_id", sa.BigInteger),
+    sa.Column("channel", sa.String, nullable=False),
+    sa.Column("event", sa.String, nullable=False),
+    sa.Column("payload", sa.String, nullable=False),
+    _when("created_at"),
+    sa.Column("state", sa.String, nullable=False, server_default=sa.text("'pending'")),
+    sa.Column("attempts", sa.Integer, nullable=False, server_default=sa.text("0")),
+    _when("next_attempt_at"),
+    _when("sent_at", nullable=True),
+    sa.Column("last_error", sa.String),
+)
+
+delivery_log = sa.Table(
+    "delivery_log",
+    metadata,
+    _serial("delivery_id", "delivery_ids"),
+    sa.Column("notification_id", sa.BigInteger),
+    sa.Column("channel", sa.String, nullable=False),
+    _when("attempted_at"),
+    sa.Column("ok", sa.Boolean, nullable=False),
+    sa.Column("status_code", sa.Integer),
+    sa.Column("error", sa.String),
+    sa.Column("duration_s", sa.Float, nullable=False),
+)
+
+alert_cursor = sa.Table(
+    "alert_cursor",
+    metadata,
+    sa.Column("rule_key", sa.String, primary_key=True),
+    _when("evaluated_at"),
+)
+
+api_tokens = sa.Table(
+    "api_tokens",
+    metadata,
+    _serial("token_id", "api_token_ids"),
+    sa.Column("user_name", sa.String, nullable=False),
+    sa.Column("label", sa.String, nullable=False),
+    sa.Column("token_hash", sa.String, nullable=False, unique=True),
+    sa.Column("prefix", sa.String, nullable=False),
+    _when("created_at", default_now=True),
+    _when("last_used_at", nullable=True),
+    _when("revoked_at", nullable=True),
+)

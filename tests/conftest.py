@@ -234,7 +234,9 @@ def page(browser):
 
 @pytest.fixture(scope="session")
 def ledger_end() -> datetime:
-    """The instant the demo ledger ends: the last Monday-Thursday 15:07:30 UTC before now. The
+    """The instant the demo ledger ends: the last Monday, Tuesday or Thursday 15:07:30 UTC
+    before now (not Wednesday: the demo moves /summarize to the 8B every Wednesday at 14:00,
+    a planted false economy the Unit economics test must not find in its one day). The
     demo's clock stands still there, so the ledger holds nothing after it however long the
     build takes, and a test that derives its range from this instant (not from the clock when
     it runs) selects the same rows whatever hour, day or month boundary passes during the
@@ -245,7 +247,7 @@ def ledger_end() -> datetime:
     pages' default 7 days."""
     now = datetime.now(UTC)
     end = now.replace(hour=15, minute=7, second=30, microsecond=0)
-    while end >= now or end.weekday() > 3:
+    while end >= now or end.weekday() not in (0, 1, 3):
         end -= timedelta(days=1)
     return end
 
@@ -271,31 +273,65 @@ def hours_up_to(end: datetime, hours: int) -> tuple[datetime, datetime, str]:
     return start, stop, "?" + query
 
 
-@pytest.fixture(scope="session")
-def demo_ledger(tmp_path_factory, ledger_end: datetime) -> Path:
-    """A real demo database (2.4 h of the demo's traffic at half rate, through the real ingest
-    path, ending at `ledger_end`), with its cost ledger computed: what the UI tests browse.
-    Built once per session; use `ledger_server` for a server on a private copy."""
+def build_demo_ledger(
+    folder: Path, *, end: datetime, days: float, rate_scale: float, wait_s: float
+) -> Path:
+    """A real demo database (the shipped scenario, seed 3) built through the real ingest path
+    up to `end`, with its cost ledger computed by a full refresh."""
     import io
 
     from inferledger.demo import Demo, DemoOptions
     from ledger.marts import Refresher
 
-    db = tmp_path_factory.mktemp("demo-ledger") / "demo.duckdb"
+    db = folder / "demo.duckdb"
     demo = Demo(
-        DemoOptions(db=db, port=free_port(), days=0.1, rate_scale=0.5, seed=3),
+        DemoOptions(db=db, port=free_port(), days=days, rate_scale=rate_scale, seed=3),
         out=io.StringIO(),
         err=io.StringIO(),
-        clock=ledger_end.timestamp,
+        clock=end.timestamp,
     )
     demo.start()
     try:
-        assert demo.wait_history(600), demo.failed
+        assert demo.wait_history(wait_s), demo.failed
     finally:
         demo.stop()
     with Storage(db, read_timeout_s=120) as storage:
         Refresher(storage).refresh(full=True)
     return db
+
+
+@pytest.fixture(scope="session")
+def demo_ledger(tmp_path_factory, ledger_end: datetime) -> Path:
+    """A real demo database (2.4 h of the demo's traffic at half rate, through the real ingest
+    path, ending at `ledger_end`), with its cost ledger computed: what the UI tests browse.
+    Built once per session; use `ledger_server` for a server on a private copy."""
+    folder = tmp_path_factory.mktemp("demo-ledger")
+    return build_demo_ledger(folder, end=ledger_end, days=0.1, rate_scale=0.5, wait_s=600)
+
+
+#: Hours of the demo story ledger: a Wednesday afternoon at full rate, 12:00-16:00 UTC, the
+#: busiest hours of the week, which hold the route switch at 14:00 and the 70B's KV-bound peak.
+STORY_HOURS = 4
+
+
+def last_wednesday_4pm() -> datetime:
+    """The last Wednesday 16:00 UTC before now: the demo's clock stands still there."""
+    now = datetime.now(UTC)
+    end = now.replace(hour=16, minute=0, second=0, microsecond=0)
+    while end >= now or end.weekday() != 2:
+        end -= timedelta(days=1)
+    return end
+
+
+@pytest.fixture(scope="session")
+def story(tmp_path_factory) -> tuple[Path, datetime]:
+    """(the database, its end): the shipped scenario, seed 3, traffic x1, STORY_HOURS of
+    history ending last Wednesday 16:00 UTC; built once per session for tests/test_demo_story.py
+    and tests/test_demo_alerts.py."""
+    end = last_wednesday_4pm()
+    folder = tmp_path_factory.mktemp("demo-story")
+    db = build_demo_ledger(folder, end=end, days=STORY_HOURS / 24, rate_scale=1.0, wait_s=900)
+    return db, end
 
 
 @pytest.fixture

@@ -9,55 +9,19 @@ hours of the week, which hold the route switch at 14:00 and the 70B's KV-bound p
 
 from __future__ import annotations
 
-import io
-from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from datetime import datetime, timedelta
 
 import pytest
 
 from inferledger.core.storage import Storage
 from ledger.queries import Filters, run
-from tests.conftest import free_port
+from tests.conftest import STORY_HOURS as HOURS
 
 pytestmark = pytest.mark.slow
 
-HOURS = 4
 SWITCH_HOUR = 14  # the /summarize route's weekly move to the 8B (models/data/workload.yaml)
 MODEL_70B = "meta-llama/Llama-3.1-70B-Instruct"
 MODEL_8B = "meta-llama/Llama-3.1-8B-Instruct"
-
-
-def last_wednesday_4pm() -> datetime:
-    """The last Wednesday 16:00 UTC before now: the demo's clock stands still there."""
-    now = datetime.now(UTC)
-    end = now.replace(hour=16, minute=0, second=0, microsecond=0)
-    while end >= now or end.weekday() != 2:
-        end -= timedelta(days=1)
-    return end
-
-
-@pytest.fixture(scope="module")
-def story(tmp_path_factory) -> tuple[Path, datetime]:
-    """(the database, its end): the shipped scenario, seed 3, traffic x1, HOURS of history."""
-    from inferledger.demo import Demo, DemoOptions
-    from ledger.marts import Refresher
-
-    end = last_wednesday_4pm()
-    db = tmp_path_factory.mktemp("demo-story") / "demo.duckdb"
-    demo = Demo(
-        DemoOptions(db=db, port=free_port(), days=HOURS / 24, rate_scale=1.0, seed=3),
-        out=io.StringIO(),
-        err=io.StringIO(),
-        clock=end.timestamp,
-    )
-    demo.start()
-    try:
-        assert demo.wait_history(900), demo.failed
-    finally:
-        demo.stop()
-    with Storage(db, read_timeout_s=120) as storage:
-        Refresher(storage).refresh(full=True)
-    return db, end
 
 
 @pytest.fixture(scope="module")

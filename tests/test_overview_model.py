@@ -1,6 +1,6 @@
-"""ledger/overview.py: the month-end forecast, the budget check and the top movers'
-decomposition, each against numbers worked by hand; and the overview_* queries on real DuckDB
-marts (rows written into the mart tables, so every expected number is a short sum)."""
+"""ledger/overview.py: the month-end forecast, the budgets the filters fall under and the top
+movers' decomposition, each against numbers worked by hand; and the overview_* queries on real
+DuckDB marts (rows written into the mart tables, so every expected number is a short sum)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from ledger import overview as ov
 from ledger.overview import PeriodSpend, PriceChange, decompose, forecast_month_end
 from ledger.price_book import set_price
 from ledger.queries import Filters, QueryError, run
+from models.alert_config import Budget
 
 H = timedelta(hours=1)
 
@@ -70,20 +71,28 @@ def test_no_complete_hour_means_no_forecast() -> None:
     assert forecast_month_end([], now).forecast is None
 
 
-def test_budget_check() -> None:
-    now = datetime(2026, 11, 20, 12, 30, tzinfo=UTC)
-    f = forecast_month_end(hours(datetime(2026, 11, 19, tzinfo=UTC), 36, 10.0), now)
-    assert f.month_to_date == 360 and f.forecast == pytest.approx(360 + 10 * 251.5)
-    assert ov.check_budget(f, None).status == "none"
-    assert ov.check_budget(f, None).message == "No budget set"
-    ok = ov.check_budget(f, 5000.0)
-    assert ok.status == "on_track" and ok.spent_share == pytest.approx(0.072)
-    risk = ov.check_budget(f, 1000.0)
-    assert risk.status == "at_risk" and "exceeds the $1,000.00 budget by $1,875.00" in risk.message
-    over = ov.check_budget(f, 300.0)
-    assert over.status == "over" and over.message == "Over budget by $60.00 (120% spent)"
-    with pytest.raises(QueryError, match="positive"):
-        ov.check_budget(f, 0.0)
+def test_the_budgets_a_selection_falls_under() -> None:
+    """A budget applies when the filters' selection holds its whole scope (issue #12)."""
+    org = Budget(name="org", amount=1, period="monthly", owner="o")
+    search = Budget(name="search", amount=1, period="monthly", owner="o", scope={"team": "search"})
+    chat = Budget(
+        name="chat", amount=1, period="monthly", owner="o", scope={"team": "search", "app": "chat"}
+    )
+    prod = Budget(name="prod", amount=1, period="monthly", owner="o", scope={"environment": "prod"})
+    every = [org, search, chat, prod]
+
+    def names(**filters: str) -> list[str]:
+        return [b.name for b in ov.budgets_for(Filters.last(7, **filters), every)]
+
+    assert names() == ["org"]
+    assert names(team="search") == ["org", "search"]
+    assert names(team="search", app="chat") == ["org", "search", "chat"]
+    assert names(team="ads", app="chat") == ["org"]
+    assert names(environment="prod", team="search", route="/q") == ["org", "search", "prod"]
+    assert ov.filter_scope(Filters.last(7, team="search", model="m")) == {
+        "team": "search",
+        "model": "m",
+    }
 
 
 # ------------------------------------------------------------------------------ movers

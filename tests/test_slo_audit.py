@@ -5,6 +5,7 @@ trail is read a page at a time. Real DuckDB files throughout (docs/deployments.m
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,20 @@ def test_removed_targets_stay_removed_across_restarts(tmp_path: Path) -> None:
         assert deps.list_slo_targets(storage) == []
 
 
+def downgrade_to_14(storage: Storage) -> None:
+    """Drop what migrations 15 and later created (each only creates tables and sequences),
+    newest first, and forget them, so the next open runs them again as on an upgrade."""
+    folder = Path(__file__).resolve().parent.parent / "sql" / "migrations"
+    for path in sorted(folder.glob("*.sql"), reverse=True):
+        version = int(path.name.split("_", 1)[0])
+        if version <= 14:
+            break
+        text = path.read_text("utf-8")
+        for kind, name in reversed(re.findall(r"^CREATE (TABLE|SEQUENCE) (\w+)", text, re.M)):
+            storage.execute_write(f"drop {kind.lower()} {name}")
+        storage.execute_write("delete from schema_migrations where version = $v", {"v": version})
+
+
 def test_an_old_ledger_with_targets_is_not_reseeded(tmp_path: Path) -> None:
     """A ledger from before schema 15: it has targets (one removed, one edited) and, after the
     upgrade, an empty audit trail. Nothing is seeded into it, and its targets stay as they are."""
@@ -196,12 +211,11 @@ def test_an_old_ledger_with_targets_is_not_reseeded(tmp_path: Path) -> None:
             "insert into slo_targets (objective, route, stage, percentile, target_s, "
             "effective_from, source) values ('mine', '/answer', 'e2e', 0.9, 4, '2026-01-01', 'ui')"
         )
-        # back to schema 14: the audit table did not exist yet
-        storage.execute_write("drop table slo_target_changes")
-        storage.execute_write("drop sequence slo_target_changes_change_id_seq")
-        storage.execute_write("delete from schema_migrations where version = 15")
+        # back to schema 14: the audit table (15) and what came after did not exist yet
+        downgrade_to_14(storage)
     with Storage(db) as storage:  # the upgrade runs migration 15
-        assert storage.scalar("select max(version) from schema_migrations") == 15
+        assert storage.scalar("select count(*) from schema_migrations where version = 15") == 1
+        assert storage.scalar("select max(version) from schema_migrations") >= 15
         assert counts(storage) == (1, 0)
         assert seed_slo_targets_if_empty(storage) == 0
         assert counts(storage) == (1, 0)

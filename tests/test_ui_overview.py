@@ -13,6 +13,7 @@ import pytest
 from playwright.sync_api import expect
 
 from app.components import money, number
+from ledger import overview as ov
 from ledger.queries import Filters, run
 from tests.conftest import export_rows
 
@@ -83,7 +84,11 @@ def test_overview_tiles_are_the_marts(ledger_server, page) -> None:
     )
     assert text(page, "kpi-gpu") == f"{util:.1%}"
     assert text(page, "kpi-cpao") == money(cost / accepted, 4)  # as on Unit economics
-    assert text(page, "kpi-budget") == "No budget set"
+    # the demo ships its budgets (models/data/demo-alerts.yaml): the tile names the most urgent
+    # one covering the filters (the whole organisation here)
+    tile = ov.budget_tile(st, Filters.last(7), datetime.now(UTC))
+    label = page.locator(".stat:has(#overview-kpi-budget) .stat-label").inner_text()
+    assert tile and label == f"Budget: {tile[0].budget.name}"
     assert re.fullmatch(r"\d+ ms / \d+ ms", text(page, "kpi-ttft"))
     assert re.fullmatch(r"[\d.]+ (ms|s) / [\d.]+ (ms|s)", text(page, "kpi-e2e"))
     forecast = float(text(page, "kpi-forecast").strip("$").replace(",", ""))

@@ -1,9 +1,11 @@
 """The guard in front of every UI route, and the role rules for pages and callbacks.
 
 The guard (a Flask before_request) lets through only the sign-in routes, the two style sheets
-and the icon the sign-in page uses, health, readiness, /metrics and the ingest endpoints (which
-check their own keys). Anything else needs a signed-in user: a page request without one is sent
-to /login?next=..., anything else (Dash's /_dash-* endpoints, assets) answers 401 JSON.
+and the icon the sign-in page uses, health, readiness, /metrics, the ingest endpoints (which
+check their own keys) and the read-only API under /api/v1/ (app/api.py: every request there
+needs a bearer API token, checked by the API itself). Anything else needs a signed-in user: a
+page request without one is sent to /login?next=..., anything else (Dash's /_dash-* endpoints,
+assets) answers 401 JSON.
 
 Pages declare ``dash.register_page(..., min_role="analyst")`` (default viewer). Dash serves every
 page from one route, so the guard matches the requested path against ``dash.page_registry``
@@ -51,11 +53,17 @@ PUBLIC_PATHS = frozenset(
         "/v1/outcomes",
     }
 )
+#: The read-only API's prefix: its routes (app/api.py) authenticate every request with an API
+#: token and answer JSON, so no session is asked for; app/api.py owns every path under it.
+API_PREFIX = "/api/v1/"
 #: Callbacks outside page modules that need more than viewer: (module, function name) -> role.
 #: Page modules' callbacks need their page's min_role without being listed.
 #: (components.chart's "Download CSV" is not listed since issue #10: viewers download the numbers
 #: behind the charts they browse; the request explorer's CSV is its analyst-only page's.)
-CALLBACK_ROLES: dict[tuple[str, str], Role] = {}
+CALLBACK_ROLES: dict[tuple[str, str], Role] = {
+    # acknowledging an alert is an analyst's act on a page viewers browse (issue #12)
+    ("pages.alerts", "_acknowledge"): Role.ANALYST,
+}
 
 
 def _is_page_request(path: str) -> bool:
@@ -120,7 +128,7 @@ def guard_request() -> flask.Response | None:
     """Flask's before_request: None lets the request through, else the answer (a redirect to
     sign in, 401 or 403)."""
     path = flask.request.path
-    if path in PUBLIC_PATHS:
+    if path in PUBLIC_PATHS or path.startswith(API_PREFIX):
         return None
     user = current_user()
     if user is None:

@@ -7,7 +7,9 @@ economics pages, so they agree); this module lays them out.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 import dash
 import plotly.graph_objects as go
@@ -17,9 +19,12 @@ from app import context, palette
 from app.components import (
     TICK_ID,
     URL_ID,
+    amount,
+    badge,
     chart,
     choice_in_url,
     ids,
+    may,
     money,
     number,
     seconds,
@@ -31,6 +36,7 @@ from app.figures import Axis, Panel, panels
 from app.filters import PRESETS, filters_from, parse
 from app.formats import coverage_marks
 from ledger import overview as ov
+from ledger.budget_status import BudgetStatus
 from ledger.queries import Filters
 from models import idle_policy
 
@@ -38,6 +44,7 @@ dash.register_page(__name__, path="/", name="Overview", title="InferLedger", ord
 
 _id = ids("overview")
 _BUDGETS_HREF = "/budgets"
+_EDIT_BUDGETS_HREF = "/admin/budgets"
 
 
 def _range_label(search: str | None, filters: Filters) -> str:
@@ -189,7 +196,68 @@ def layout(**kwargs: object) -> html.Div:
 
 
 # --------------------------------------------------------------------------- KPI tiles
-def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
+def budget_tile(statuses: list[BudgetStatus]) -> html.Div:
+    """The budgets the filters fall under (ledger.overview.budget_tile, most urgent first):
+    the first one's status, spent share and forecast, and "+N more" to the Budgets page; or
+    "No budget set" with a link to create one (admins)."""
+    if not statuses:
+        hint: list[Any] = ["No budget covers this selection."]
+        if may("admin"):
+            hint += [" ", dcc.Link("Create one", href=_EDIT_BUDGETS_HREF, id=_id("budget-create"))]
+        else:
+            hint += [" ", dcc.Link("Budgets", href=_BUDGETS_HREF)]
+        return html.Div(
+            [
+                html.Div("Budget", className="stat-label"),
+                html.Div("No budget set", className="stat-value", id=_id("kpi-budget")),
+                html.Div(hint, className="stat-hint"),
+            ],
+            className="stat",
+        )
+    s = statuses[0]
+    b = s.budget
+    more = len(statuses) - 1
+    forecast = s.forecast.p50
+    spent = "–" if s.spent_pct is None else f"{s.spent_pct:.0f} %"
+    ahead = "–" if s.forecast_pct is None else f"{s.forecast_pct:.0f} %"
+    return html.Div(
+        [
+            html.Div(
+                [
+                    "Budget: ",
+                    dcc.Link(b.name, href=_BUDGETS_HREF + "?budget=" + quote(b.name, safe="")),
+                ],
+                className="stat-label",
+            ),
+            html.Div(
+                [f"{spent} spent ", badge(s.status)],
+                className="stat-value",
+                id=_id("kpi-budget"),
+            ),
+            html.Div(
+                [
+                    f"{amount(s.spent, s.currency)} of {amount(b.amount, s.currency)} "
+                    f"{b.period}; forecast {amount(forecast, s.currency)} ({ahead})",
+                    *(
+                        [
+                            " · ",
+                            dcc.Link(f"+{more} more", href=_BUDGETS_HREF, id=_id("budget-more")),
+                        ]
+                        if more
+                        else []
+                    ),
+                ],
+                className="stat-hint",
+                id=_id("kpi-budget-hint"),
+            ),
+        ],
+        className="stat",
+    )
+
+
+def _tiles(
+    k: ov.OverviewKpis, label: str, policy: str, budgets: list[BudgetStatus]
+) -> list[html.Div]:
     f = k.forecast
     forecast_hint = (
         f"run rate {money(f.run_rate_per_hour)}/h over {f.rate_hours} h"
@@ -200,24 +268,7 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
         forecast_hint += f"; {f.excluded_hours} h with incomplete data left out"
     spend_hint = f"idle {money(k.idle_cost)} ({idle_policy.LABEL[policy].lower()})"
     spend_hint += coverage_marks(k.estimated_cost, k.unpriced_requests)
-    if k.budget.status == "none":
-        budget = html.Div(
-            [
-                html.Div("Budget", className="stat-label"),
-                html.Div("No budget set", className="stat-value", id=_id("kpi-budget")),
-                html.Div(
-                    [
-                        "Monthly budgets and alerts arrive with ",
-                        html.A("Budgets & alerts", href=_BUDGETS_HREF),
-                        ".",
-                    ],
-                    className="stat-hint",
-                ),
-            ],
-            className="stat",
-        )
-    else:
-        budget = stat("Budget", money(k.budget.budget), hint=k.budget.message, id=_id("kpi-budget"))
+    budget = budget_tile(budgets)
     return [
         stat(
             f"Spend, {label}",
@@ -296,13 +347,15 @@ def _tiles(k: ov.OverviewKpis, label: str, policy: str) -> list[html.Div]:
 )
 def _kpis(search: str | None, _tick: int | None) -> tuple[list[html.Div], str]:
     filters = filters_from(search)
-    k = ov.overview_kpis(context.storage(), filters)
+    storage = context.storage()
+    k = ov.overview_kpis(storage, filters)
+    budgets = ov.budget_tile(storage, filters, datetime.now(UTC))
     label = _range_label(search, filters)
     subtitle = (
         f"{filters.start:%Y-%m-%d %H:%M} – {filters.end:%Y-%m-%d %H:%M} UTC · idle cost: "
         f"{idle_policy.LABEL[filters.policy].lower()}"
     )
-    return _tiles(k, label, filters.policy), subtitle
+    return _tiles(k, label, filters.policy, budgets), subtitle
 
 
 # --------------------------------------------------------------------------- movers

@@ -385,6 +385,28 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         _int_range(1, 86400),
     ),
     Setting(
+        "alerts.file",
+        "",
+        "Budgets, alert rules and channels as code (YAML; docs/alerts.md): loaded at every "
+        "start, replacing the file's earlier entries; the UI shows them and does not edit them. "
+        "Empty: none from a file.",
+        _text,
+    ),
+    Setting(
+        "alerts.interval_s",
+        60,
+        "Seconds between evaluations of budgets and alert rules on the scheduler; 0 disables "
+        "evaluation and delivery.",
+        _int_range(0, 86400),
+    ),
+    Setting(
+        "alerts.catch_up_s",
+        3600,
+        "After a restart, evaluation instants missed while the server was down are evaluated, "
+        "going back at most this many seconds.",
+        _int_range(0, 7 * 86400),
+    ),
+    Setting(
         "auth.enabled",
         True,
         "Require sign-in for the UI (local users: `inferledger users`; docs/security.md). "

@@ -216,7 +216,7 @@ class HistoryLoader:
         with self._pool_lock:
             if self._closed:
                 return results
-            self._pool = ctx.Pool(min(HISTORY_PROCESSES, len(jobs)))
+            self._pool = ctx.Pool(min(HISTORY_PROCESSES, len(jobs)), initializer=_ignore_sigint)
             results.start(self._pool)
         return results
 
@@ -322,3 +322,11 @@ class _Results:
 
 def _utc(t: float) -> datetime:
     return datetime.fromtimestamp(t, UTC)
+
+
+def _ignore_sigint() -> None:
+    """A history worker ignores Ctrl-C: the terminal sends it to the whole process group, and
+    the demo stops its workers itself (a worker's KeyboardInterrupt only printed tracebacks)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -44,6 +45,8 @@ if TYPE_CHECKING:
     from inferledger.server import Service
 
 log = logging.getLogger(__name__)
+#: the budgets and rules a demo loads as `alerts.file` (they watch its planted problems)
+DEMO_ALERTS_FILE = Path(str(resources.files("models").joinpath("data", "demo-alerts.yaml")))
 
 
 class Demo:
@@ -99,6 +102,10 @@ class Demo:
         config = load_workload()
         # The simulated deployments are configured, as a real one would be (docs/deployments.md).
         settings = settings.replace(deployments=deployments_from_workload(config))
+        # The demo's budgets and alert rules (models/data/demo-alerts.yaml), unless the user
+        # configured an alerts file of their own.
+        if not settings["alerts.file"]:
+            settings = settings.replace(alerts__file=str(DEMO_ALERTS_FILE))
         self.service = Service(settings).start()
         sign_in = self._demo_admin(settings)
         self._serve()
