@@ -59,8 +59,8 @@ _TICK_JS = """function(n) {
     if (!n || document.hidden) { return window.dash_clientside.no_update; }
     return n;
 }"""
-#: Pages that arrive with later issues keep their place in the navigation.
-COMING = (("Capacity planner", "/capacity"),)
+#: Pages that arrive with later issues keep their place in the navigation (none left).
+COMING: tuple[tuple[str, str], ...] = ()
 
 
 def filter_options(filters: Filters) -> dict[str, list[str]]:

@@ -42,6 +42,7 @@ PAGES = (
     ("requests", "/requests"),
     ("budgets", "/budgets"),
     ("alerts", "/alerts"),
+    ("capacity", "/capacity"),
 )
 
 _READY_JS = """
@@ -181,4 +182,20 @@ def screenshot_pages(
             target = out / f"{name}.png"
             page.screenshot(path=str(target), full_page=True)
             written.append(target)
+        written.append(plan_capacity(page, base_url, out / "capacity-plan.png"))
     return written
+
+
+def plan_capacity(page: Any, base_url: str, target: Path, timeout_s: float = 600.0) -> Path:
+    """The Capacity planner with a plan run: load the ledger's last week as the profile, run
+    the page's default candidates, and a PNG of the results (the user must be allowed to
+    plan: an analyst, or sign-in off)."""
+    page.goto(base_url + "/capacity")
+    page.wait_for_selector("#capacity-load")
+    page.click("#capacity-load")
+    page.wait_for_selector("#capacity-message:has-text('Loaded')", timeout=timeout_s * 1000)
+    page.click("#capacity-run")
+    page.wait_for_selector("#capacity-status:has-text('Done')", timeout=timeout_s * 1000)
+    page.wait_for_timeout(1000)  # the charts' first draw
+    page.locator("#capacity-results").screenshot(path=str(target))
+    return target

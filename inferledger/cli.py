@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_alerts_parser(sub)
 
+    from inferledger.plan_cli import add_parser as add_plan_parser
+
+    add_plan_parser(sub)
+
     # `inferledger trace export`: a replay trace from the ledger's requests (ledger/traces.py)
     trace = sub.add_parser("trace", help="replay traces from the ledger's observed requests")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
@@ -230,6 +234,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from inferledger.alerts_cli import run as run_alerts
 
         return run_alerts(args)
+    if args.command == "plan":
+        from inferledger.plan_cli import run as run_plan_command
+
+        return run_plan_command(args)
     if args.command == "trace":
         return _trace_export(args)
     return 1

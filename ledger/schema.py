@@ -391,3 +391,38 @@ api_tokens = sa.Table(
     _when("last_used_at", nullable=True),
     _when("revoked_at", nullable=True),
 )
+
+
+# ---------------------------------------------------------------- capacity plans (0017, #13)
+# inputs, result and summary are VARCHAR holding JSON (ledger/capacity_plans.py writes them).
+
+capacity_plans = sa.Table(
+    "capacity_plans",
+    metadata,
+    _serial("plan_id", "capacity_plan_ids"),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("created_by", sa.String, nullable=False),
+    _when("created_at", default_now=True),
+    sa.Column("planner_version", sa.String, nullable=False),
+    sa.Column("model_version", sa.String, nullable=False),
+    sa.Column("inputs", sa.String, nullable=False),
+    sa.Column("result", sa.String, nullable=False),
+    _json("summary"),
+    sa.Column("owner", sa.String),
+    sa.Column("decision", sa.String),
+    sa.Column("decision_note", sa.String),
+    sa.Column("decided_by", sa.String),
+    _when("decided_at", nullable=True),
+    _when("archived_at", nullable=True),
+)
+
+capacity_plan_changes = sa.Table(
+    "capacity_plan_changes",
+    metadata,
+    _serial("change_id", "capacity_plan_change_ids"),
+    _when("changed_at", default_now=True),
+    sa.Column("changed_by", sa.String, nullable=False),
+    sa.Column("plan_id", sa.BigInteger, nullable=False),
+    sa.Column("action", sa.String, nullable=False),
+    sa.Column("detail", sa.String),
+)

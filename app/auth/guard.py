@@ -63,6 +63,14 @@ API_PREFIX = "/api/v1/"
 CALLBACK_ROLES: dict[tuple[str, str], Role] = {
     # acknowledging an alert is an analyst's act on a page viewers browse (issue #12)
     ("pages.alerts", "_acknowledge"): Role.ANALYST,
+    # the capacity planner: viewers read saved plans; planning and deciding is an analyst's
+    # (issue #13)
+    ("pages.capacity", "_load"): Role.ANALYST,
+    ("pages.capacity", "_mark_assumed"): Role.ANALYST,
+    ("pages.capacity", "_run"): Role.ANALYST,
+    ("pages.capacity", "_cancel"): Role.ANALYST,
+    ("pages.capacity", "_save"): Role.ANALYST,
+    ("pages.capacity", "_decide"): Role.ANALYST,
 }
 
 
