@@ -9,12 +9,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import requests
 from playwright.sync_api import expect
 
 from inferledger.ledger_fixtures import store_scrapes
 from ledger import price_book
-from tests.conftest import PASSWORDS, LiveService, choose, sign_in
+from tests.conftest import PASSWORDS, LiveService, choose, session_for, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -65,14 +64,7 @@ def test_admin_sets_an_idle_policy(secured: LiveService, tab: Any) -> None:
 
 
 def test_a_viewer_cannot_open_or_call_admin_pages(secured: LiveService) -> None:
-    session = requests.Session()
-    login = session.get(secured.url + "/login", timeout=10)
-    csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
-    session.post(
-        secured.url + "/login",
-        data={"name": "vic", "password": PASSWORDS["vic"], "csrf": csrf, "next": "/"},
-        timeout=10,
-    )
+    session = session_for(secured, "vic")
     assert session.get(secured.url + "/admin/prices", timeout=10).status_code == 403
     forged = {
         "output": "..admin-prices-message.children...admin-prices-version.data..",
@@ -234,14 +226,7 @@ def test_a_viewer_cannot_end_a_price_or_edit_an_slo_target(secured: LiveService)
     h100 = price_book.set_price(
         storage, "gpu", "H100", "gpu_hour", 2.5, "2026-01-01", changed_by="t", source="cli"
     )
-    session = requests.Session()
-    login = session.get(secured.url + "/login", timeout=10)
-    csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
-    session.post(
-        secured.url + "/login",
-        data={"name": "vic", "password": PASSWORDS["vic"], "csrf": csrf, "next": "/"},
-        timeout=10,
-    )
+    session = session_for(secured, "vic")
     assert session.get(secured.url + "/admin/deployments", timeout=10).status_code == 403
     outputs = [d["output"] for d in session.get(secured.url + "/_dash-dependencies").json()]
     amend = next(o for o in outputs if o.startswith("..admin-prices-message.children@"))

@@ -14,28 +14,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
-import requests
 from playwright.sync_api import expect
 
 from ledger import alert_history, alert_rules, budgets, outbox
 from ledger.alert_engine import AlertEngine
 from models.alert_config import DIMENSIONS, Budget, Channel
-from tests.conftest import PASSWORDS, LiveService, choose, sign_in
+from tests.conftest import PASSWORDS, LiveService, choose, session_for, sign_in
 
 pytestmark = pytest.mark.browser
-
-
-def session_for(live: LiveService, name: str) -> requests.Session:
-    """A signed-in HTTP session (no browser), as tests/test_ui_admin.py does."""
-    session = requests.Session()
-    login = session.get(live.url + "/login", timeout=10)
-    csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
-    session.post(
-        live.url + "/login",
-        data={"name": name, "password": PASSWORDS[name], "csrf": csrf, "next": "/"},
-        timeout=10,
-    )
-    return session
 
 
 def test_admin_creates_a_rule_and_a_silence(secured: LiveService, tab: Any) -> None:

@@ -11,7 +11,6 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-import requests
 from playwright.sync_api import expect
 
 from app.components import amount
@@ -19,7 +18,7 @@ from ledger import api_tokens, budget_status, budgets
 from ledger import overview as ov
 from ledger.queries import Filters
 from models.alert_config import DIMENSIONS, Budget
-from tests.conftest import PASSWORDS, LiveService, choose, sign_in
+from tests.conftest import PASSWORDS, LiveService, choose, session_for, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -30,19 +29,6 @@ TRACES = """() => {
     ? d.map(t => ({name: t.name, x: Array.from(t.x || []), y: Array.from(t.y || [])}))
     : null;
 }"""
-
-
-def session_for(live: LiveService, name: str) -> requests.Session:
-    """A signed-in HTTP session (no browser), as tests/test_ui_admin.py does."""
-    session = requests.Session()
-    login = session.get(live.url + "/login", timeout=10)
-    csrf = login.text.split('name="csrf" value="')[1].split('"')[0]
-    session.post(
-        live.url + "/login",
-        data={"name": name, "password": PASSWORDS[name], "csrf": csrf, "next": "/"},
-        timeout=10,
-    )
-    return session
 
 
 def test_admin_creates_edits_and_archives_a_budget(secured: LiveService, tab: Any) -> None:
