@@ -41,8 +41,8 @@ from models.capacity.record import (
     candidate_table,
     decision_record_html,
     decision_record_markdown,
-    usd,
 )
+from models.capacity.record_format import usd
 from models.capacity.search import LoadPoint
 from models.capacity.types import WorkloadProfile
 from models.gpu_catalog import get_gpu

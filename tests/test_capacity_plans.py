@@ -1,6 +1,7 @@
-"""Saved capacity plans (ledger/capacity_plans.py) on a real DuckDB, and the decision record and
-comparison (models/capacity/record.py), on a result mapping built by hand to common.md's
-schema of run_plan's result (tests/test_plan_cli.py runs the real planner end to end)."""
+"""Saved capacity plans (ledger/capacity_plans.py) on a real DuckDB, and the decision record
+(models/capacity/record.py) and comparison (models/capacity/compare.py), on a result mapping
+built by hand to common.md's schema of run_plan's result (tests/test_plan_cli.py runs the real
+planner end to end)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,8 @@ import pytest
 
 from inferledger.core.errors import BadInputError
 from ledger import capacity_plans as store
-from models.capacity.record import (
-    TOP_CANDIDATES,
-    compare_markdown,
-    decision_record_html,
-    decision_record_markdown,
-)
+from models.capacity.compare import compare_markdown
+from models.capacity.record import TOP_CANDIDATES, decision_record_html, decision_record_markdown
 
 
 def _point(rate: float, scale: float = 1.0) -> dict[str, Any]:
@@ -538,3 +535,24 @@ def test_compare_side_by_side() -> None:
     for wrong in ([today], [today] * 5):
         with pytest.raises(BadInputError, match="compare 2 to 4 plans"):
             compare_markdown(wrong)
+
+
+def test_the_capacity_page_compares_as_the_record_does() -> None:
+    """The page's comparison (app/pages/capacity_results.py) draws compare_table's rows: the
+    same figures as the Markdown, not a shorter list of its own."""
+    from app.pages.capacity_results import comparison
+
+    today = {**sample_result(), "plan_id": 1}
+    doubled = sample_result("traffic x2", traffic=2.0)
+    doubled["totals"] = {"monthly_cost": 10950.0, "gpus": 6}
+    table = comparison([today, doubled])
+    head, body = table.children
+    assert [th.children for th in head.children.children] == ["", "chat-today", "traffic x2"]
+    rows = {
+        tr.children[0].children: [td.children for td in tr.children[1:]] for tr in body.children
+    }
+    assert rows["Monthly cost"] == ["$5,475", "$10,950 (+100 %)"]
+    assert rows["knob: traffic"] == ["—", "× 2"]
+    assert rows["Saved plan"] == ["#1", "not saved"]
+    with pytest.raises(BadInputError, match="compare 2 to 4 plans"):
+        comparison([today])

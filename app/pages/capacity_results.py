@@ -19,6 +19,7 @@ from app import palette
 from app.components import stat
 from app.figures import legend_on_top, style
 from app.formats import money, number
+from models.capacity.compare import compare_table
 
 #: (LoadPoint key, SLO key, label) of the three latency panels.
 LATENCY = (
@@ -335,26 +336,8 @@ def result_view(result: Mapping[str, Any], id_of: Callable[[str], str]) -> list[
 
 
 def comparison(plans: Sequence[Mapping[str, Any]]) -> html.Table:
-    """Saved plans side by side: one column per plan, one row per figure."""
-    head = ["", *(f"#{p.get('plan_id')} {p.get('name')}" for p in plans)]
-    rows: list[list[Any]] = [
-        ["Monthly cost", *(money((p.get("totals") or {}).get("monthly_cost")) for p in plans)],
-        ["GPUs", *((p.get("totals") or {}).get("gpus") for p in plans)],
-        [
-            "Traffic ×",
-            *((p.get("inputs") or {}).get("knobs", {}).get("traffic", 1.0) for p in plans),
-        ],
-        ["Decision", *((p.get("decision") or "–") for p in plans)],
-    ]
-    names = sorted({pool["name"] for p in plans for pool in p.get("pools") or []})
-    for name in names:
-        cells = []
-        for p in plans:
-            pool = next((q for q in p.get("pools") or [] if q["name"] == name), None)
-            if pool is None or pool.get("best") is None:
-                cells.append("–")
-                continue
-            r = pool["candidates"][pool["best"]]
-            cells.append(f"{r['label']} × {r['replicas']}: {money(r['monthly_cost'])}")
-        rows.append([name, *cells])
-    return _table(head, rows)
+    """Saved plans side by side, as the decision record compares them
+    (models.capacity.compare): one column per plan, costs relative to the first, and the
+    knobs, candidates and SLOs that differ."""
+    table = compare_table(plans)
+    return _table(table.head, table.rows)

@@ -1,5 +1,5 @@
-"""The capacity plan's decision record (issue #13), in Markdown and print-ready HTML, and a
-side-by-side comparison of saved plans.
+"""The capacity plan's decision record (issue #13), in Markdown and print-ready HTML (the
+side-by-side comparison of saved plans is models/capacity/compare.py).
 
 Both documents come from one list of sections built from a plan's result mapping (what
 models/capacity/plan.py's run_plan returns, or a saved plan from ledger/capacity_plans.py,
@@ -16,14 +16,22 @@ Values are read with defaults, so a plan saved by an earlier planner version sti
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from inferledger.core.errors import BadInputError
 from models.capacity.profile import SOURCE_FIELDS
+from models.capacity.record_format import (
+    band,
+    compact,
+    count,
+    is_number,
+    ms,
+    number,
+    percent,
+    usd,
+    when,
+)
 from models.capacity.record_render import (
     Blank,
     Block,
@@ -35,7 +43,6 @@ from models.capacity.record_render import (
     Table,
     html_document,
     markdown_document,
-    markdown_table,
 )
 
 #: candidates shown per pool in the record
@@ -43,89 +50,10 @@ TOP_CANDIDATES = 10
 DECISIONS = ("advance", "revise", "stop")
 
 
-# ---------------------------------------------------------------------------- formatting
-
-
-def usd(value: Any) -> str:
-    """Dollars, with as many digits as the size of the figure needs ("—" when unknown)."""
-    if not _is_number(value):
-        return "—"
-    v = float(value)
-    if abs(v) >= 100:
-        return f"${v:,.0f}"
-    if abs(v) >= 1 or v == 0:
-        return f"${v:,.2f}"
-    return f"${v:.3g}"
-
-
-def number(value: Any, digits: int = 3) -> str:
-    """A number with `digits` significant digits, thousands separated ("—" when unknown)."""
-    if not _is_number(value):
-        return "—"
-    v = float(value)
-    if v != 0 and abs(v) < 10 ** (digits - 1):
-        return f"{v:.{digits}g}"
-    return f"{v:,.0f}"
-
-
-def ms(seconds: Any) -> str:
-    """Seconds as milliseconds ("—" when unknown)."""
-    return f"{float(seconds) * 1000:,.0f} ms" if _is_number(seconds) else "—"
-
-
-def percent(fraction: Any) -> str:
-    return f"{float(fraction) * 100:.1f} %" if _is_number(fraction) else "—"
-
-
-def count(n: Any, word: str) -> str:
-    """'1 replica', '3 replicas' ('? replicas' when unknown)."""
-    if not _is_number(n):
-        return f"? {word}s"
-    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"
-
-
-def _band(low: Any, high: Any, fmt: Any = str) -> str:
-    """'low–high', or the one value when both ends agree."""
-    return fmt(low) if low == high else f"{fmt(low)}–{fmt(high)}"
-
-
-def _is_number(value: Any) -> bool:
-    return (
-        isinstance(value, (int, float))
-        and not isinstance(value, bool)
-        and math.isfinite(float(value))
-    )
-
-
-def _when(value: Any) -> str:
-    """Unix seconds or ISO 8601 text as 'YYYY-MM-DD HH:MM UTC' (the text itself otherwise)."""
-    if _is_number(value):
-        return f"{datetime.fromtimestamp(float(value), UTC):%Y-%m-%d %H:%M} UTC"
-    if isinstance(value, str) and value:
-        try:
-            moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-        except ValueError:
-            return value
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        return f"{moment.astimezone(UTC):%Y-%m-%d %H:%M} UTC"
-    return "—"
-
-
-def _compact(value: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool) or value is None:
-        return {True: "yes", False: "no", None: "—"}[value]
-    if _is_number(value):
-        return number(value) if isinstance(value, float) else f"{value}"
-    return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str)
-
-
 # ---------------------------------------------------------------------------- reading a plan
 
 
-def _pools(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def plan_pools(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [p for p in plan.get("pools") or [] if isinstance(p, Mapping)]
 
 
@@ -138,13 +66,13 @@ def best_candidate(pool: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
-def _input(plan: Mapping[str, Any], part: str) -> Any:
+def plan_input(plan: Mapping[str, Any], part: str) -> Any:
     """One part of the plan's inputs (profile, knobs, candidates, slos); {} when absent."""
     return (plan.get("inputs") or {}).get(part) or {}
 
 
 def _profile_apps(plan: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    profile = _input(plan, "profile")
+    profile = plan_input(plan, "profile")
     return [a for a in profile.get("apps") or [] if isinstance(a, Mapping)]
 
 
@@ -158,7 +86,7 @@ def _sourced(text: str, app: Mapping[str, Any], name: str) -> str:
 
 
 def _app_stats(app: Mapping[str, Any]) -> dict[str, float | None]:
-    hourly = [float(v) for v in app.get("hourly_requests") or [] if _is_number(v)]
+    hourly = [float(v) for v in app.get("hourly_requests") or [] if is_number(v)]
     lengths = [
         (float(p), float(o))
         for p, o in (x for x in app.get("lengths") or [] if isinstance(x, Sequence))
@@ -202,9 +130,9 @@ def _share(move: Mapping[str, Any]) -> str:
 
 def _knob_text(name: str, value: Any) -> str:
     """One changed knob in words (knobs_to_mapping's shapes; anything else as compact JSON)."""
-    if name in ("traffic", "context", "output") and _is_number(value):
+    if name in ("traffic", "context", "output") and is_number(value):
         return f"× {number(value)}"
-    if name == "prefix_hit_delta" and _is_number(value):
+    if name == "prefix_hit_delta" and is_number(value):
         return f"{float(value) * 100:+.1f} points"
     if name == "burst" and isinstance(value, Mapping):
         return f"peak × {number(value.get('factor'))} for {number(value.get('minutes'))} min"
@@ -230,7 +158,7 @@ def _knob_text(name: str, value: Any) -> str:
             for m in value
             if isinstance(m, Mapping)
         )
-    return _compact(value)
+    return compact(value)
 
 
 def changed_knobs(knobs: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -260,15 +188,15 @@ def _decision_section(plan: Mapping[str, Any]) -> Section:
             (
                 "Saved plan",
                 f"#{plan['plan_id']} by {plan.get('saved_by') or '—'}"
-                f" on {_when(plan.get('saved_at'))}",
+                f" on {when(plan.get('saved_at'))}",
             )
         )
-    pairs.append(("Planned", _when(plan.get("created_at"))))
+    pairs.append(("Planned", when(plan.get("created_at"))))
     pairs.append(("Owner", plan.get("owner") or Blank("name")))
     if decision in DECISIONS:
         pairs.append(("Decision", f"{decision.upper()} (of advance / revise / stop)"))
         pairs.append(
-            ("Decided by", f"{plan.get('decided_by') or '—'} on {_when(plan.get('decided_at'))}")
+            ("Decided by", f"{plan.get('decided_by') or '—'} on {when(plan.get('decided_at'))}")
         )
         pairs.append(("Note", plan.get("decision_note") or "—"))
     else:
@@ -277,10 +205,10 @@ def _decision_section(plan: Mapping[str, Any]) -> Section:
         pairs.append(("Note", Blank()))
     totals = plan.get("totals") or {}
     pairs.append(("Monthly cost (all pools)", usd(totals.get("monthly_cost"))))
-    pairs.append(("GPUs (all pools)", _compact(totals.get("gpus"))))
+    pairs.append(("GPUs (all pools)", compact(totals.get("gpus"))))
     blocks: list[Block] = [Fields(pairs)]
     recs = []
-    for pool in _pools(plan):
+    for pool in plan_pools(plan):
         best = best_candidate(pool)
         if best is None:
             recs.append(f"{pool.get('name')}: no candidate meets the SLOs at the peak")
@@ -297,10 +225,10 @@ def _decision_section(plan: Mapping[str, Any]) -> Section:
 
 
 def _evidence_section(plan: Mapping[str, Any]) -> Section:
-    profile = _input(plan, "profile")
+    profile = plan_input(plan, "profile")
     start, end = profile.get("window_start"), profile.get("window_end")
-    if _is_number(start) and _is_number(end) and float(end) > float(start):
-        window = f"{_when(start)} to {_when(end)} (the ledger's observed traffic)"
+    if is_number(start) and is_number(end) and float(end) > float(start):
+        window = f"{when(start)} to {when(end)} (the ledger's observed traffic)"
     else:
         window = "none: the profile was typed in"
     scope = profile.get("scope") or {}
@@ -364,15 +292,15 @@ def _evidence_section(plan: Mapping[str, Any]) -> Section:
     return Section("Workload evidence", blocks)
 
 
-def _humanize(key: str) -> str:
+def humanize(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _axis(values: Any) -> str:
+def axis_text(values: Any) -> str:
     """A candidate axis in words: its values, None as vLLM's default."""
     if not isinstance(values, list):
-        return _compact(values)
-    return ", ".join("vLLM default" if v is None else _compact(v) for v in values) or "—"
+        return compact(values)
+    return ", ".join("vLLM default" if v is None else compact(v) for v in values) or "—"
 
 
 def _assumptions_section(plan: Mapping[str, Any]) -> Section:
@@ -385,7 +313,7 @@ def _assumptions_section(plan: Mapping[str, Any]) -> Section:
         blocks.append(Para("No what-if knobs: the profile as it stands."))
     space = inputs.get("candidates") or {}
     pairs: list[tuple[str, Cell]] = [
-        (_humanize(str(k)), _axis(v)) for k, v in space.items() if k != "prices"
+        (humanize(str(k)), axis_text(v)) for k, v in space.items() if k != "prices"
     ]
     prices = space.get("prices") or {}
     if prices:
@@ -398,7 +326,7 @@ def _assumptions_section(plan: Mapping[str, Any]) -> Section:
     ):
         if key in inputs:
             value = inputs[key]
-            pairs.append((label, percent(value) if key == "growth_per_month" else _compact(value)))
+            pairs.append((label, percent(value) if key == "growth_per_month" else compact(value)))
     blocks.append(Fields(pairs))
     assumed = assumed_fields(plan)
     if assumed:
@@ -407,7 +335,7 @@ def _assumptions_section(plan: Mapping[str, Any]) -> Section:
 
 
 def _slo_section(plan: Mapping[str, Any]) -> Section:
-    slos = _input(plan, "slos")
+    slos = plan_input(plan, "slos")
     rows: list[list[Cell]] = [
         [
             str(cls),
@@ -448,17 +376,17 @@ def candidate_table(pool: Mapping[str, Any], top: int = TOP_CANDIDATES) -> Table
     for i, c in enumerate((pool.get("candidates") or [])[:top]):
         at = c.get("at_peak") or {}
         replicas = f"{c.get('replicas')}"
-        if band := _replica_band(c):
-            replicas += f" ({band})"
+        if spread := _replica_band(c):
+            replicas += f" ({spread})"
         rows.append(
             [
                 f"{c.get('rank', i + 1)}" + (" ★" if i == best else ""),
                 str(c.get("label", "?")),
                 "simulated" if c.get("verified") else "screened",
                 replicas,
-                _compact(c.get("gpus")),
+                compact(c.get("gpus")),
                 usd(c.get("monthly_cost")),
-                _band(c.get("monthly_cost_low"), c.get("monthly_cost_high"), usd),
+                band(c.get("monthly_cost_low"), c.get("monthly_cost_high"), usd),
                 number(c.get("knee_rate") if c.get("verified") else c.get("analytic_knee_rate")),
                 str(c.get("binding") or "—"),
                 ms(at.get("ttft_p95_s")),
@@ -528,13 +456,13 @@ def schedule_blocks(schedule: Mapping[str, Any]) -> list[Block]:
     rows: list[list[Cell]] = [
         [
             "Static (the peak all month)",
-            _compact(static.get("replicas")),
+            compact(static.get("replicas")),
             number(static.get("gpu_hours_per_month")),
             usd(static.get("monthly_cost")),
         ]
     ]
     for q in ("p10", "p50", "p90"):
-        replicas = _band(lo, hi) if q == "p50" and lo is not None and hi is not None else "—"
+        replicas = band(lo, hi) if q == "p50" and lo is not None and hi is not None else "—"
         rows.append(
             [f"Autoscaler, {q.upper()} traffic", replicas, number(hours.get(q)), usd(cost.get(q))]
         )
@@ -553,7 +481,7 @@ def schedule_blocks(schedule: Mapping[str, Any]) -> list[Block]:
             Para(
                 f"At P90 traffic the busiest hour{weeks} needs "
                 f"{count(peak['replicas'], 'replica')}; "
-                f"{_compact(schedule.get('hours_short_p90', 0))} hours need more than the "
+                f"{compact(schedule.get('hours_short_p90', 0))} hours need more than the "
                 "static plan has."
             )
         )
@@ -563,16 +491,16 @@ def schedule_blocks(schedule: Mapping[str, Any]) -> list[Block]:
 def _error_band(c: Mapping[str, Any]) -> str:
     """' (within the model's error: 2–3 replicas, $x–$y)', or '' when the error changes
     nothing."""
-    band = _replica_band(c)
-    if not band:
+    replicas = _replica_band(c)
+    if not replicas:
         return ""
-    cost = _band(c.get("monthly_cost_low"), c.get("monthly_cost_high"), usd)
-    return f" (within the model's error: {band} replicas, {cost})"
+    cost = band(c.get("monthly_cost_low"), c.get("monthly_cost_high"), usd)
+    return f" (within the model's error: {replicas} replicas, {cost})"
 
 
 def _pool_sections(plan: Mapping[str, Any]) -> list[Section]:
     out = []
-    for pool in _pools(plan):
+    for pool in plan_pools(plan):
         slo = pool.get("slo") or {}
         targets = ", ".join(
             f"{name} p95 ≤ {number(slo.get(f'{key}_p95_ms'))} ms"
@@ -585,7 +513,7 @@ def _pool_sections(plan: Mapping[str, Any]) -> list[Section]:
                     ("Apps", ", ".join(map(str, pool.get("apps") or [])) or "—"),
                     ("SLO", targets or "—"),
                     ("Peak rate to hold", f"{number(pool.get('peak_rate'))} req/s"),
-                    ("Candidates screened", _compact(pool.get("screened"))),
+                    ("Candidates screened", compact(pool.get("screened"))),
                     ("Candidates that do not fit", f"{len(pool.get('infeasible') or [])}"),
                 ]
             )
@@ -627,14 +555,14 @@ def _forecast_section(plan: Mapping[str, Any]) -> Section:
         if not isinstance(f, Mapping):
             continue
         p10, p50, p90 = (
-            [float(v) for v in f.get(k) or [] if _is_number(v)] for k in ("p10", "p50", "p90")
+            [float(v) for v in f.get(k) or [] if is_number(v)] for k in ("p10", "p50", "p90")
         )
         peak = max(range(len(p50)), key=p50.__getitem__) if p50 else None
         rows.append(
             [
                 str(app),
                 str(f.get("method", "—")),
-                _when(f.get("start")),
+                when(f.get("start")),
                 f"{len(p50) / 168:.0f} weeks" if p50 else "—",
                 number(sum(p50) / len(p50)) if p50 else "—",
                 number(p50[peak]) if peak is not None else "—",
@@ -670,7 +598,7 @@ def _forecast_section(plan: Mapping[str, Any]) -> Section:
 def _risk_section(plan: Mapping[str, Any]) -> Section:
     err = plan.get("model_error") or {}
     rows: list[list[Cell]] = [
-        [k, percent(err[k])] for k in ("ttft", "itl", "e2e", "throughput") if _is_number(err.get(k))
+        [k, percent(err[k])] for k in ("ttft", "itl", "e2e", "throughput") if is_number(err.get(k))
     ]
     blocks: list[Block] = []
     if rows:
@@ -682,7 +610,7 @@ def _risk_section(plan: Mapping[str, Any]) -> Section:
     else:
         blocks.append(Para("The plan holds no measured model error: its band is unknown."))
     risks: list[str] = []
-    for pool in _pools(plan):
+    for pool in plan_pools(plan):
         best = best_candidate(pool)
         if best is None:
             risks.append(f"{pool.get('name')}: no candidate meets the SLOs; nothing to deploy.")
@@ -723,9 +651,9 @@ def _versions_section(plan: Mapping[str, Any]) -> Section:
         [
             Fields(
                 [
-                    ("Planner version", _compact(plan.get("planner_version"))),
-                    ("Serving model version", _compact(plan.get("model_version"))),
-                    ("Planned", _when(plan.get("created_at"))),
+                    ("Planner version", compact(plan.get("planner_version"))),
+                    ("Serving model version", compact(plan.get("model_version"))),
+                    ("Planned", when(plan.get("created_at"))),
                     ("Planning took", f"{number(plan.get('duration_s'))} s"),
                 ]
             )
@@ -759,91 +687,3 @@ def decision_record_markdown(plan: Mapping[str, Any]) -> str:
 def decision_record_html(plan: Mapping[str, Any]) -> str:
     """The plan's decision record as one self-contained, print-ready HTML page (no script)."""
     return html_document(_title(plan), record_sections(plan))
-
-
-# ---------------------------------------------------------------------------- comparison
-
-
-def _pool_cell(pool: Mapping[str, Any] | None) -> str:
-    if pool is None:
-        return "not in this plan"
-    best = best_candidate(pool)
-    if best is None:
-        return "nothing meets the SLOs"
-    return (
-        f"{best.get('label')} × {best.get('replicas')} ({count(best.get('gpus'), 'GPU')}), "
-        f"{usd(best.get('monthly_cost'))}/month"
-    )
-
-
-def compare_table(plans: Sequence[Mapping[str, Any]]) -> Table:
-    """2 to 4 plans side by side: one column per plan, one row per figure; costs relative
-    to the first plan."""
-    if not 2 <= len(plans) <= 4:
-        raise BadInputError(f"plans: compare 2 to 4 plans, got {len(plans)}")
-    for i, p in enumerate(plans):
-        if not isinstance(p, Mapping):
-            raise BadInputError(f"plans[{i}]: needs a result mapping")
-    head = ["", *(str(p.get("name") or f"plan {i + 1}") for i, p in enumerate(plans))]
-    base = (plans[0].get("totals") or {}).get("monthly_cost")
-
-    def row(label: str, cells: Iterable[str]) -> list[Cell]:
-        return [label, *cells]
-
-    def cost(p: Mapping[str, Any]) -> str:
-        c = (p.get("totals") or {}).get("monthly_cost")
-        text = usd(c)
-        if p is not plans[0] and _is_number(c) and _is_number(base) and base:
-            text += f" ({(float(c) / float(base) - 1) * 100:+.0f} %)"
-        return text
-
-    rows = [
-        row("Saved plan", (f"#{p['plan_id']}" if p.get("plan_id") else "not saved" for p in plans)),
-        row("Planned", (_when(p.get("created_at")) for p in plans)),
-        row("Monthly cost", (cost(p) for p in plans)),
-        row("GPUs", (_compact((p.get("totals") or {}).get("gpus")) for p in plans)),
-    ]
-    knobs = [dict(changed_knobs(_input(p, "knobs"))) for p in plans]
-    for k in dict.fromkeys(k for changed in knobs for k in changed):
-        rows.append(row(f"knob: {k}", (changed.get(k, "—") for changed in knobs)))
-    # what else differs between the plans' inputs: candidate axes, prices, SLOs
-    for part, label, show in (
-        ("candidates", "candidates", _axis),
-        ("slos", "SLO", _compact),
-    ):
-        values = [_input(p, part) for p in plans]
-        keys = list(dict.fromkeys(k for v in values for k in v))
-        for k in keys:
-            cells = [v.get(k) for v in values]
-            if any(c != cells[0] for c in cells):
-                rows.append(row(f"{label}: {_humanize(str(k))}", (show(c) for c in cells)))
-    pool_names: list[str] = []
-    for p in plans:
-        for pool in _pools(p):
-            if pool.get("name") not in pool_names:
-                pool_names.append(str(pool.get("name")))
-    for name in pool_names:
-        rows.append(
-            row(
-                f"pool {name}",
-                (
-                    _pool_cell(next((q for q in _pools(p) if q.get("name") == name), None))
-                    for p in plans
-                ),
-            )
-        )
-    rows.append(row("Unplanned apps", (str(len(p.get("unplanned") or [])) for p in plans)))
-    rows.append(row("Decision", (str(p.get("decision") or "undecided") for p in plans)))
-    rows.append(
-        row(
-            "Planner / model version",
-            (f"{p.get('planner_version', '—')} / {p.get('model_version', '—')}" for p in plans),
-        )
-    )
-    return Table(head, rows)
-
-
-def compare_markdown(plans: Sequence[Mapping[str, Any]]) -> str:
-    """2 to 4 plans side by side as a Markdown table."""
-    table = compare_table(plans)
-    return "\n".join(["# Capacity plans compared", "", *markdown_table(table)]) + "\n"
