@@ -18,10 +18,10 @@ import os
 from datetime import UTC, datetime
 from typing import Any
 
+from inferledger.cli_text import cli_user, format_rows, utc_minute
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, open_for_command
 from inferledger.settings import load_settings
-from inferledger.users_cli import _format_rows, _when, _who
 from ledger import api_tokens
 from ledger.alerts_file import read_alerts_file, sync_alerts_file
 from ledger.budget_status import BudgetStatus, budget_status, budget_statuses
@@ -151,27 +151,29 @@ def status_table(statuses: list[BudgetStatus]) -> str:
         for s in statuses
     ]
     head = ["budget", "status", "spent", "amount", "used", "forecast", "coverage", "owner", "from"]
-    return _format_rows(head, rows)
+    return format_rows(head, rows)
 
 
 def status_detail(s: BudgetStatus) -> str:
     b, f = s.budget, s.forecast
     scope = ", ".join(f"{k}={v}" for k, v in b.scope.items()) or "(the whole organisation)"
     days = "" if f.days_to_exhaustion is None else f"{f.days_to_exhaustion:.1f}"
+    period = f"{utc_minute(s.period_start)} to {utc_minute(s.period_end)}"
     lines = [
         ("budget", b.name + (" (archived)" if b.archived_at else "")),
         ("scope", scope),
-        ("period", f"{b.period} in {b.timezone}: {_when(s.period_start)} to {_when(s.period_end)}"),
+        ("period", f"{b.period} in {b.timezone}: {period}"),
         ("amount", _money(b.amount, s.currency)),
         ("spent", f"{_money(s.spent, s.currency)} ({s.spent_pct:.1f}%)"),
         ("forecast", f"P10 {_money(f.p10)}  P50 {_money(f.p50)}  P90 {_money(f.p90)} ({f.method})"),
         ("status", s.status + (f" (threshold {s.threshold_crossed:g}% crossed)"
                                if s.threshold_crossed is not None else "")),
         ("burn rate", f"{_money(f.burn_rate_per_day, s.currency)} a day"),
-        ("exhausted", f"{_when(f.exhaustion_at)} (in {days} days)" if f.exhaustion_at
+        ("exhausted", f"{utc_minute(f.exhaustion_at)} (in {days} days)" if f.exhaustion_at
          else "not in this period"),
         ("coverage", "complete" if s.coverage_complete
-         else f"incomplete: {len(s.incomplete_hours)} h, first {_when(s.incomplete_hours[0])}"),
+         else f"incomplete: {len(s.incomplete_hours)} h, "
+              f"first {utc_minute(s.incomplete_hours[0])}"),
         ("owner", b.owner),
         ("from", b.source),
         ("link", s.link),
@@ -183,7 +185,7 @@ def status_detail(s: BudgetStatus) -> str:
 def _tokens(storage: Storage, args: argparse.Namespace) -> int:
     action = args.tokens_command
     if action == "create":
-        token = api_tokens.create_token(storage, args.user, args.label, by=_who())
+        token = api_tokens.create_token(storage, args.user, args.label, by=cli_user())
         print(token)
         print(
             "This is the only time the token is shown: store it now. Send it as "
@@ -197,15 +199,15 @@ def _tokens(storage: Storage, args: argparse.Namespace) -> int:
                 t.user_name,
                 t.label,
                 t.prefix + "...",
-                _when(t.created_at),
-                _when(t.last_used_at),
-                "revoked " + _when(t.revoked_at) if t.revoked_at else "active",
+                utc_minute(t.created_at),
+                utc_minute(t.last_used_at),
+                "revoked " + utc_minute(t.revoked_at) if t.revoked_at else "active",
             ]
             for t in tokens
         ]
         head = ["id", "user", "label", "token", "created", "last used", "state"]
-        print(_format_rows(head, rows) if rows else "(no tokens)")
+        print(format_rows(head, rows) if rows else "(no tokens)")
     elif action == "revoke":
-        revoked = api_tokens.revoke_token(storage, args.token_id, by=_who())
+        revoked = api_tokens.revoke_token(storage, args.token_id, by=cli_user())
         print(f"revoked token #{revoked.token_id} ({revoked.prefix}...) of {revoked.user_name}")
     return 0

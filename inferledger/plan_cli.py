@@ -27,11 +27,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from inferledger.cli_text import cli_user, format_rows
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, open_for_command
 from inferledger.core.yaml_files import read_yaml_file
 from inferledger.settings import load_settings
-from inferledger.users_cli import _format_rows, _who
 from ledger.capacity_profile import book_prices
 from models.capacity.candidates import CandidateSpace
 from models.capacity.plan import plan_from_mapping, run_plan
@@ -343,7 +343,7 @@ def plan_table(result: Mapping[str, Any]) -> str:
         if table.rows:
             keep = [table.head.index(c) for c in _TABLE_COLUMNS]
             out.append(
-                _format_rows(
+                format_rows(
                     [table.head[i] for i in keep],
                     [[str(r[i]) for i in keep] for r in table.rows],
                 )
@@ -355,7 +355,7 @@ def plan_table(result: Mapping[str, Any]) -> str:
         costs = app_cost_table(pool)
         if costs.rows:
             out.append("")
-            out.append(_format_rows(costs.head, [[str(c) for c in r] for r in costs.rows]))
+            out.append(format_rows(costs.head, [[str(c) for c in r] for r in costs.rows]))
     for u in result.get("unplanned") or []:
         out.append(f"not planned: {u.get('app')} ({u.get('reason')})")
     totals = result.get("totals") or {}
@@ -406,7 +406,8 @@ def run(args: argparse.Namespace) -> int:
         if args.save:
             from ledger.capacity_plans import save_plan
 
-            plan_id = save_plan(ledger.get(), result, created_by=args.by or _who(), name=args.name)
+            by = args.by or cli_user()
+            plan_id = save_plan(ledger.get(), result, created_by=by, name=args.name)
             print(f"plan: saved as plan #{plan_id}", file=sys.stderr)
         if args.record:
             write_record(result, args.record, args.out)

@@ -10,12 +10,12 @@ A database that has never held a price is seeded first (from the `prices.file` s
 from __future__ import annotations
 
 import argparse
-import getpass
 import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from inferledger.cli_text import format_rows, login_name
 from inferledger.core.errors import InferLedgerError
 from inferledger.core.settings import Settings
 from inferledger.core.storage import Storage, open_for_command
@@ -180,12 +180,7 @@ def _open(settings: Settings, must_exist: bool) -> Storage:
 
 
 def _who(args: argparse.Namespace) -> str:
-    if args.by:
-        return str(args.by)
-    try:
-        return getpass.getuser()
-    except (OSError, KeyError):  # no login name in some containers
-        return "cli"
+    return str(args.by) if args.by else (login_name() or "cli")
 
 
 def _list(storage: Storage, args: argparse.Namespace) -> None:
@@ -230,20 +225,7 @@ def _table(versions: Sequence[PriceVersion], with_to: bool) -> str:
         rows.append(row)
     if not rows:
         return "(no prices)"
-    return _format_rows(head, rows, right={"id", "price"})
-
-
-def _format_rows(head: list[str], rows: list[list[str]], right: set[str]) -> str:
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-
-    def line(cells: list[str]) -> str:
-        parts = [
-            c.rjust(w) if h in right else c.ljust(w)
-            for c, w, h in zip(cells, widths, head, strict=True)
-        ]
-        return "  ".join(parts).rstrip()
-
-    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
+    return format_rows(head, rows, right={"id", "price"})
 
 
 def _load(storage: Storage, args: argparse.Namespace, prices: list[Price]) -> None:
@@ -297,7 +279,7 @@ def _list_superseded(storage: Storage) -> None:
         ]
         for s in gone
     ]
-    print(_format_rows([*head, "reason"], rows, right={"id", "price", "by_id"}))
+    print(format_rows([*head, "reason"], rows, right={"id", "price", "by_id"}))
 
 
 def _end(storage: Storage, args: argparse.Namespace) -> None:
@@ -369,4 +351,4 @@ def _history(storage: Storage, args: argparse.Namespace) -> None:
         ]
         for c in changes
     ]
-    print(_format_rows(head, rows, right={"change", "id", "old", "new"}))
+    print(format_rows(head, rows, right={"change", "id", "old", "new"}))

@@ -13,9 +13,9 @@ import argparse
 import getpass
 import os
 import sys
-from datetime import UTC, datetime
 from typing import Any
 
+from inferledger.cli_text import cli_user, format_rows, utc_minute
 from inferledger.core.errors import InferLedgerError
 from inferledger.core.settings import Settings
 from inferledger.core.storage import Storage, open_for_command
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     password = _password(args, name) if action in ("add", "passwd") else None
     settings = _settings(args)
     storage = _open(settings, must_exist=action != "add")
-    by = _who()
+    by = cli_user()
     try:
         if action == "add":
             assert name and role and password is not None
@@ -150,26 +150,6 @@ def _open(settings: Settings, must_exist: bool) -> Storage:
     return open_for_command(settings, must_exist=must_exist)
 
 
-def _who() -> str:
-    try:
-        return "cli:" + getpass.getuser()
-    except (OSError, KeyError):  # no login name in some containers
-        return "cli"
-
-
-def _when(value: datetime | None) -> str:
-    return f"{value.astimezone(UTC):%Y-%m-%d %H:%M}Z" if value else ""
-
-
-def _format_rows(head: list[str], rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-
-    def line(cells: list[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    return "\n".join([line(head), line(["-" * w for w in widths]), *map(line, rows)])
-
-
 def _table(people: list[users.User]) -> str:
     if not people:
         return "(no users)"
@@ -179,19 +159,26 @@ def _table(people: list[users.User]) -> str:
             u.role.value,
             "disabled" if u.disabled else "active",
             ",".join(k for k, on in (("password", u.has_password), ("oidc", u.oidc_subject)) if on),
-            _when(u.created_at),
-            _when(u.last_sign_in_at),
+            utc_minute(u.created_at),
+            utc_minute(u.last_sign_in_at),
         ]
         for u in people
     ]
-    return _format_rows(["name", "role", "status", "sign-in", "created", "last sign-in"], rows)
+    return format_rows(["name", "role", "status", "sign-in", "created", "last sign-in"], rows)
 
 
 def _changes(changes: list[users.UserChange]) -> str:
     if not changes:
         return "(no changes)"
     rows = [
-        [str(c.change_id), _when(c.changed_at), c.changed_by, c.action, c.user_name, c.detail or ""]
+        [
+            str(c.change_id),
+            utc_minute(c.changed_at),
+            c.changed_by,
+            c.action,
+            c.user_name,
+            c.detail or "",
+        ]
         for c in changes
     ]
-    return _format_rows(["change", "at", "by", "action", "user", "detail"], rows)
+    return format_rows(["change", "at", "by", "action", "user", "detail"], rows)
