@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import json
 import os
 import re
 import signal
@@ -15,8 +16,9 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlencode
 
 import pytest
@@ -342,6 +344,88 @@ def ledger_server(demo_ledger: Path, live_factory, tmp_path: Path) -> LiveServic
     copy = tmp_path / "ledger.duckdb"
     shutil.copy(demo_ledger, copy)
     return live_factory(db=str(copy))
+
+
+# ---------------------------------------------------------------- a webhook receiver on loopback
+class Post(NamedTuple):
+    headers: dict[str, str]
+    body: bytes
+    at: float  # time.monotonic() when it was answered
+
+
+class WebhookReceiver:
+    """A webhook endpoint on loopback that records every POST and answers from a script of
+    statuses, then `default_status`. delay_s: wait before answering (a slow channel);
+    hold_first: keep the first request open until `release` is set (its sender killed
+    meanwhile), with `first` set when it arrives."""
+
+    def __init__(
+        self,
+        statuses: list[int] | None = None,
+        *,
+        default_status: int = 200,
+        delay_s: float = 0.0,
+        hold_first: bool = False,
+    ) -> None:
+        self.posts: list[Post] = []
+        self.first = threading.Event()
+        self.release = threading.Event()
+        script = list(statuses or [])
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if hold_first and not outer.first.is_set():
+                    outer.first.set()
+                    outer.release.wait(60)
+                if delay_s:
+                    time.sleep(delay_s)
+                status = script.pop(0) if script else default_status
+                outer.posts.append(Post(dict(self.headers), body, time.monotonic()))
+                try:
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the sender gave up (its timeout, or it was killed)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+
+    @property
+    def received(self) -> list[tuple[dict[str, str], Any]]:
+        """(headers, JSON body) of each POST, in arrival order."""
+        return [(p.headers, json.loads(p.body)) for p in self.posts]
+
+    @property
+    def keys(self) -> list[str]:
+        """The Idempotency-Key header of each POST."""
+        return [p.headers.get("Idempotency-Key", "") for p in self.posts]
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def webhook() -> Iterator[Any]:
+    """Makes WebhookReceivers (same arguments), each closed after the test."""
+    made: list[WebhookReceiver] = []
+
+    def make(*args: Any, **kwargs: Any) -> WebhookReceiver:
+        made.append(WebhookReceiver(*args, **kwargs))
+        return made[-1]
+
+    yield make
+    for receiver in made:
+        receiver.close()
 
 
 # ---------------------------------------------------------------- the stand-in vLLM server

@@ -5,11 +5,8 @@ idempotency key, and no other: at least once, duplicates only under the same key
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,40 +14,7 @@ import pytest
 from inferledger.core.storage import Storage
 from inferledger.ledger_fixtures import S, unpriced_requests, watch_unpriced
 from ledger.outbox import delivery_log, notifications
-
-
-class HoldingReceiver:
-    """Counts deliveries by idempotency key; holds the first request open until released."""
-
-    def __init__(self) -> None:
-        self.keys: list[str] = []
-        self.bodies: list[dict] = []
-        self.first = threading.Event()
-        self.release = threading.Event()
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.keys.append(self.headers["Idempotency-Key"])
-                outer.bodies.append(json.loads(body))
-                if not outer.first.is_set():
-                    outer.first.set()
-                    outer.release.wait(60)  # the sender is killed meanwhile
-                try:
-                    self.send_response(200)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                except OSError:
-                    pass
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+from tests.conftest import WebhookReceiver
 
 
 def unpriced_ledger(db: Path, hook_url: str) -> None:
@@ -73,7 +37,7 @@ def wait_for(condition, timeout_s: float) -> bool:
 
 @pytest.mark.slow
 def test_sigkill_while_sending_resends_with_the_same_key(server_factory, tmp_path) -> None:
-    receiver = HoldingReceiver()
+    receiver = WebhookReceiver(hold_first=True)  # held while the sender is killed
     db = tmp_path / "alerts.duckdb"
     unpriced_ledger(db, receiver.url)
     env = {"INFERLEDGER_ALERTS_INTERVAL_S": "1"}
@@ -88,14 +52,13 @@ def test_sigkill_while_sending_resends_with_the_same_key(server_factory, tmp_pat
         time.sleep(3)  # a few more evaluations and dispatches: nothing new may arrive
         assert second.terminate() == 0
     finally:
-        receiver.release.set()
-        receiver.server.shutdown()
-        receiver.server.server_close()
+        receiver.close()
 
     [key] = set(receiver.keys)
     assert receiver.keys == [key, key]  # one logical notification, redelivered once
-    assert receiver.bodies[0] == receiver.bodies[1]
-    assert receiver.bodies[0]["event"] == "firing" and receiver.bodies[0]["rule"] == "unpriced"
+    first_body, second_body = (body for _, body in receiver.received)
+    assert first_body == second_body
+    assert first_body["event"] == "firing" and first_body["rule"] == "unpriced"
     with Storage(db).open() as st:
         [sent] = notifications(st)
         assert (sent.idempotency_key, sent.state, sent.attempts) == (key, "sent", 1)

@@ -11,9 +11,7 @@ import shutil
 import socket
 import ssl
 import subprocess
-import threading
 from email import message_from_bytes, policy
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -36,44 +34,8 @@ MESSAGE = {
 }
 
 
-class Hook:
-    def __init__(self, status: int = 200) -> None:
-        self.status = status
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                outer.requests.append((dict(self.headers), body))
-                self.send_response(outer.status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/in"
-
-
-@pytest.fixture
-def hook():
-    made: list[Hook] = []
-
-    def make(status: int = 200) -> Hook:
-        made.append(Hook(status))
-        return made[-1]
-
-    yield make
-    for h in made:
-        h.server.shutdown()
-        h.server.server_close()
-
-
-def test_webhook_signature_verifies_on_the_receiving_side(hook, monkeypatch) -> None:
-    h = hook()
+def test_webhook_signature_verifies_on_the_receiving_side(webhook, monkeypatch) -> None:
+    h = webhook()
     monkeypatch.setenv("HOOK_SECRET", "s3cret")
     result = notify.send(
         "webhook",
@@ -82,7 +44,7 @@ def test_webhook_signature_verifies_on_the_receiving_side(hook, monkeypatch) -> 
         idempotency_key="7:firing:1:hook",
     )
     assert result.ok and result.status_code == 200 and result.error is None
-    [(headers, body)] = h.requests
+    [(headers, body, _)] = h.posts
     assert headers["Idempotency-Key"] == "7:firing:1:hook"
     assert headers["X-Team"] == "search"
     # what a receiver does (docs/alerts.md): HMAC-SHA256 of "timestamp.body" with the secret
@@ -99,21 +61,21 @@ def test_webhook_signature_verifies_on_the_receiving_side(hook, monkeypatch) -> 
 
 
 def test_webhook_without_secret_is_unsigned_and_a_missing_secret_variable_is_an_error(
-    hook, monkeypatch
+    webhook, monkeypatch
 ) -> None:
-    h = hook()
+    h = webhook()
     assert notify.send("webhook", {"url": h.url}, MESSAGE, idempotency_key="k").ok
-    assert "X-InferLedger-Signature" not in h.requests[0][0]
+    assert "X-InferLedger-Signature" not in h.posts[0].headers
     monkeypatch.delenv("NOT_SET_ANYWHERE", raising=False)
     result = notify.send(
         "webhook", {"url": h.url, "secret_env": "NOT_SET_ANYWHERE"}, MESSAGE, idempotency_key="k"
     )
     assert not result.ok and "NOT_SET_ANYWHERE" in result.error
-    assert len(h.requests) == 1  # nothing unsigned was sent
+    assert len(h.posts) == 1  # nothing unsigned was sent
 
 
-def test_non_2xx_refused_and_unknown_kind_are_results_not_exceptions(hook) -> None:
-    h = hook(status=500)
+def test_non_2xx_refused_and_unknown_kind_are_results_not_exceptions(webhook) -> None:
+    h = webhook(default_status=500)
     result = notify.send("webhook", {"url": h.url}, MESSAGE, idempotency_key="k")
     assert (result.ok, result.status_code) == (False, 500) and result.error.startswith("HTTP 500")
     with socket.socket() as s:
@@ -127,10 +89,10 @@ def test_non_2xx_refused_and_unknown_kind_are_results_not_exceptions(hook) -> No
     assert "'url'" in notify.send("slack", {}, MESSAGE, idempotency_key="k").error
 
 
-def test_slack_payload_shape(hook) -> None:
-    h = hook()
+def test_slack_payload_shape(webhook) -> None:
+    h = webhook()
     assert notify.send("slack", {"url": h.url}, MESSAGE, idempotency_key="7:firing:1:chat").ok
-    payload = json.loads(h.requests[0][1])
+    payload = json.loads(h.posts[0].body)
     assert set(payload) == {"text", "blocks"}
     text = payload["text"]
     for fact in (

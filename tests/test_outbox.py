@@ -4,13 +4,8 @@ slow channel that does not delay another."""
 
 from __future__ import annotations
 
-import json
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-import pytest
 
 from inferledger.alerting import Dispatcher
 from inferledger.core.notify import DeliveryResult
@@ -27,59 +22,6 @@ from ledger.schema import notification_outbox
 from models.alert_config import Channel
 
 T0 = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
-
-
-class Receiver:
-    """A webhook receiver on loopback answering from a script of statuses (then 200)."""
-
-    def __init__(self, statuses: list[int] | None = None, delay_s: float = 0.0) -> None:
-        self.statuses = list(statuses or [])
-        self.delay_s = delay_s
-        self.received: list[tuple[dict[str, str], dict]] = []
-        self.times: list[float] = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                if outer.delay_s:
-                    time.sleep(outer.delay_s)
-                status = outer.statuses.pop(0) if outer.statuses else 200
-                outer.received.append((dict(self.headers), json.loads(body)))
-                outer.times.append(time.monotonic())
-                try:
-                    self.send_response(status)
-                    self.send_header("Content-Length", "2")
-                    self.end_headers()
-                    self.wfile.write(b"ok")
-                except (BrokenPipeError, ConnectionResetError):
-                    pass  # the sender gave up (its timeout): what the slow-channel test wants
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@pytest.fixture
-def receiver():
-    made: list[Receiver] = []
-
-    def make(*args, **kwargs) -> Receiver:
-        made.append(Receiver(*args, **kwargs))
-        return made[-1]
-
-    yield make
-    for r in made:
-        r.close()
 
 
 def enqueue(storage, key: str, channel: str, at: datetime = T0) -> None:
@@ -107,8 +49,8 @@ def test_backoff_doubles_and_is_capped() -> None:
     assert backoff_s(20) == 3600
 
 
-def test_retry_on_500_then_sent_on_200_with_delivery_log(storage, receiver) -> None:
-    hook = receiver([500, 500])
+def test_retry_on_500_then_sent_on_200_with_delivery_log(storage, webhook) -> None:
+    hook = webhook([500, 500])
     clock = Clock(T0)
     channels = {"hook": Channel(name="hook", kind="webhook", config={"url": hook.url})}
     dispatcher = Dispatcher(storage, channels=lambda: channels, clock=clock, timeout_s=5)
@@ -160,9 +102,9 @@ def test_unknown_channel_fails_at_once(storage) -> None:
     assert delivery_log(storage, limit=5)[0].error == n.last_error
 
 
-def test_slow_channel_does_not_delay_another(storage, receiver) -> None:
-    slow = receiver(delay_s=3.0)
-    fast = receiver()
+def test_slow_channel_does_not_delay_another(storage, webhook) -> None:
+    slow = webhook(delay_s=3.0)
+    fast = webhook()
     channels = {
         "slow": Channel(name="slow", kind="webhook", config={"url": slow.url}),
         "fast": Channel(name="fast", kind="webhook", config={"url": fast.url}),
@@ -178,7 +120,7 @@ def test_slow_channel_does_not_delay_another(storage, receiver) -> None:
     while not fast.received and time.monotonic() < deadline:
         time.sleep(0.02)
     assert fast.received, "the fast channel waited for the slow one"
-    assert fast.times[0] - started < 1.0
+    assert fast.posts[0].at - started < 1.0
     # a second run while the slow batch is in flight hands the slow channel nothing new
     enqueue(storage, "f2", "fast")
     dispatcher.run_once(T0)
@@ -206,10 +148,10 @@ def test_send_test_delivery_is_logged_without_notification(storage) -> None:
     assert delivery_log(storage, limit=5, channel="other") == []
 
 
-def test_send_test_button_sends_and_logs(storage, receiver) -> None:
+def test_send_test_button_sends_and_logs(storage, webhook) -> None:
     from ledger.outbox import send_test
 
-    hook = receiver([503])
+    hook = webhook([503])
     channel = Channel(name="hook", kind="webhook", config={"url": hook.url})
     failed = send_test(storage, channel, by="alice", at=T0)
     assert not failed.ok and failed.status_code == 503

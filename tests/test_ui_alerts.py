@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -19,7 +17,7 @@ from playwright.sync_api import expect
 from ledger import alert_history, alert_rules, budgets, outbox
 from ledger.alert_engine import AlertEngine
 from models.alert_config import DIMENSIONS, Budget, Channel
-from tests.conftest import PASSWORDS, LiveService, choose, session_for, sign_in
+from tests.conftest import PASSWORDS, LiveService, WebhookReceiver, choose, session_for, sign_in
 
 pytestmark = pytest.mark.browser
 
@@ -88,36 +86,9 @@ def test_admin_creates_a_rule_and_a_silence(secured: LiveService, tab: Any) -> N
     expect(page.locator("#alerts-open")).to_contain_text("No open alerts")
 
 
-class Receiver:
-    """A webhook receiver on loopback that records each POST's headers and JSON body."""
-
-    def __init__(self) -> None:
-        self.posts: list[tuple[dict[str, str], Any]] = []
-        received = self.posts
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                received.append((dict(self.headers), json.loads(body)))
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *_args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def test_send_test_reaches_the_channel_and_the_log(secured: LiveService, tab: Any) -> None:
     storage = secured.service.storage
-    receiver = Receiver()
+    receiver = WebhookReceiver(default_status=204)
     try:
         alert_rules.save_channel(
             storage,
@@ -130,7 +101,7 @@ def test_send_test_reaches_the_channel_and_the_log(secured: LiveService, tab: An
         expect(page.locator("#admin-alerts-channel-name")).to_have_value("ops-hook")
         page.click("#admin-alerts-channel-test")
         expect(page.locator("#admin-alerts-test-result")).to_contain_text("Sent: ops-hook")
-        ((headers, body),) = receiver.posts
+        ((headers, body),) = receiver.received
         assert headers["Idempotency-Key"].startswith("test-")
         assert "ann" in json.dumps(body)
         (logged,) = outbox.delivery_log(storage)
