@@ -113,42 +113,17 @@ def layout(**_kwargs: object) -> html.Div:
             html.Div(id=ID("message"), role="status", **{"aria-live": "polite"}),
             dcc.Tabs(
                 [
-                    dcc.Tab(
-                        [_section("Open alerts", _ack_controls(), html.Div(id=ID("open")))],
-                        label="Open",
-                        value="open",
-                        id=ID("tab-open"),
-                    ),
-                    dcc.Tab(
-                        [_section("History", html.Div(id=ID("history")), pager(ID))],
-                        label="History",
-                        value="history",
-                        id=ID("tab-history"),
-                    ),
-                    dcc.Tab(
-                        [_section("Rules", html.Div(id=ID("rules")))],
-                        label="Rules",
-                        value="rules",
-                        id=ID("tab-rules"),
-                    ),
-                    dcc.Tab(
-                        [_section("Silences", html.Div(id=ID("silences")))],
-                        label="Silences",
-                        value="silences",
-                        id=ID("tab-silences"),
-                    ),
-                    dcc.Tab(
-                        [_section("Channels", html.Div(id=ID("channels")))],
-                        label="Channels",
-                        value="channels",
-                        id=ID("tab-channels"),
-                    ),
-                    dcc.Tab(
-                        [_section("Delivery log", html.Div(id=ID("deliveries")))],
-                        label="Deliveries",
-                        value="deliveries",
-                        id=ID("tab-deliveries"),
-                    ),
+                    dcc.Tab([_section(title, *body)], label=label, value=value,
+                            id=ID(f"tab-{value}"))
+                    for value, label, title, body in (
+                        ("open", "Open", "Open alerts", (_ack_controls(), html.Div(id=ID("open")))),
+                        ("history", "History", "History", (html.Div(id=ID("history")), pager(ID))),
+                        ("rules", "Rules", "Rules", (html.Div(id=ID("rules")),)),
+                        ("silences", "Silences", "Silences", (html.Div(id=ID("silences")),)),
+                        ("channels", "Channels", "Channels", (html.Div(id=ID("channels")),)),
+                        ("deliveries", "Deliveries", "Delivery log",
+                         (html.Div(id=ID("deliveries")),)),
+                    )
                 ],
                 id=ID("tabs"),
                 value="open",
