@@ -379,8 +379,6 @@ def _silence(_add: int, _end: int, *form: Any) -> tuple[Any, int]:
             alert_rules.end_silence(storage, int(picked), by=who)
             done = f"Ended silence #{picked}."
         else:
-            if not (reason or "").strip():
-                raise ConfigError("silence: a reason is required (say why it is quiet)")
             if hours is None or not 0 < float(hours) <= 24 * 90:
                 raise ConfigError("silence: for how long: more than 0 and at most 2160 hours")
             now = datetime.now(UTC)
@@ -390,7 +388,7 @@ def _silence(_add: int, _end: int, *form: Any) -> tuple[Any, int]:
                 scope=parse_scope_text(scope),
                 starts_at=now,
                 ends_at=now + timedelta(hours=float(hours)),
-                reason=reason.strip(),
+                reason=reason or "",  # the store refuses a blank one
                 by=who,
             )
             done = f"Added silence #{silence_id} for {float(hours):g} h."
