@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo
 import flask
 
 from inferledger.core.errors import InferLedgerError, one_line
+from inferledger.core.times import as_utc
 from ledger.api_tokens import TokenRefused, authenticate_token
 from ledger.budget_status import BudgetStatus, budget_statuses
 from ledger.budgets import list_budgets
@@ -97,7 +98,7 @@ def _parse_at(text: str) -> datetime:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"at={text[:40]!r} is not an ISO 8601 instant") from None
-    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return as_utc(moment)
 
 
 def register_api(

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from urllib.parse import parse_qs, urlencode
 
+from inferledger.core.times import as_utc
 from ledger import page_data
 from ledger.queries import Filters
 from models.idle_policy import DEFAULT_CHOICE, IDLE_CHOICES
@@ -219,7 +220,7 @@ def _parse_when(text: str, *, end: bool = False) -> datetime:
             # The day after 9999-12-31 does not exist; such an end is clamped anyway.
             return moment + timedelta(days=1) if end and day < date.max else moment
         moment = datetime.fromisoformat(text)
-        return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return as_utc(moment)
     except OverflowError:
         # e.g. 0001-01-01T00:00+05:00 is before year 1 in UTC: out of range, not a crash.
         raise ValueError(f"{text} is out of range") from None

@@ -33,6 +33,7 @@ import sqlalchemy as sa
 
 from inferledger.core.errors import one_line
 from inferledger.core.storage import Storage, Transaction
+from inferledger.core.times import as_utc
 from ledger.alert_rules import list_rules
 from ledger.alert_signals import signal_observations
 from ledger.alert_transitions import Applied, EngineRule, apply_tick
@@ -192,7 +193,7 @@ class AlertEngine:
     # ---------------------------------------------------------------- evaluation
     def evaluate(self, at: datetime | None = None) -> EvalSummary:
         """Evaluate every rule at `at` (default: the clock), after the instants it missed."""
-        now = _utc(at or self.clock())
+        now = as_utc(at or self.clock())
         summary = EvalSummary(at=now)
         if not self._lock.acquire(blocking=False):
             summary.skipped = True
@@ -284,7 +285,7 @@ class AlertEngine:
 
     def _cursors(self) -> dict[str, datetime]:
         rows = self.storage.select(sa.select(alert_cursor.c.rule_key, alert_cursor.c.evaluated_at))
-        return {key: _utc(at) for key, at in rows}
+        return {key: as_utc(at) for key, at in rows}
 
     def _op(
         self,
@@ -370,7 +371,3 @@ def close_orphans(storage: Storage, active: set[str], at: datetime) -> Counter:
         return done
 
     return storage.write(op)
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)

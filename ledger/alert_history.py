@@ -17,6 +17,7 @@ import sqlalchemy as sa
 
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, Transaction
+from inferledger.core.times import as_utc
 from ledger.schema import alert_events as alert_events_table
 from ledger.schema import alert_open, alerts
 from models.alert_config import parse_scope_key
@@ -109,11 +110,11 @@ def _record(row: tuple[Any, ...], events: tuple[AlertEvent, ...] = ()) -> AlertR
         state=r[5],
         severity=r[6],
         owner=r[7],
-        pending_since=_utc(r[8]),
+        pending_since=as_utc(r[8]),
         fired_at=_opt(r[9]),
         clear_since=_opt(r[10]),
         resolved_at=_opt(r[11]),
-        last_evaluated_at=_utc(r[12]),
+        last_evaluated_at=as_utc(r[12]),
         value=r[13],
         threshold=r[14],
         peak_value=r[15],
@@ -213,7 +214,7 @@ def _events(storage: Storage, stmt: sa.Select) -> list[AlertEvent]:
         AlertEvent(
             event_id=int(r[0]),
             alert_id=int(r[1]),
-            event_at=_utc(r[2]),
+            event_at=as_utc(r[2]),
             event=r[3],
             actor=r[4],
             detail=json.loads(r[5]) if r[5] else {},
@@ -229,7 +230,7 @@ def acknowledge(
     once (the first acknowledgement stands; a second is refused with who did it)."""
     if not by or not by.strip():
         raise BadInputError("an acknowledgement needs the name of who acknowledges")
-    when = _utc(at or datetime.now(UTC))
+    when = as_utc(at or datetime.now(UTC))
 
     def op(tx: Transaction) -> None:
         row = tx.run(
@@ -263,9 +264,5 @@ def acknowledge(
     return found
 
 
-def _utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
 def _opt(moment: datetime | None) -> datetime | None:
-    return None if moment is None else _utc(moment)
+    return None if moment is None else as_utc(moment)

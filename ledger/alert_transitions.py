@@ -12,13 +12,14 @@ import logging
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects.postgresql import insert as upsert
 
 from inferledger.core.storage import Transaction
+from inferledger.core.times import as_utc
 from ledger.outbox import outbox_row
 from ledger.schema import (
     alert_cursor,
@@ -110,7 +111,7 @@ def apply_tick(
     cursor = tx.run(
         sa.select(alert_cursor.c.evaluated_at).where(alert_cursor.c.rule_key == key)
     ).fetchone()
-    if cursor is not None and _utc(cursor[0]) >= at:
+    if cursor is not None and as_utc(cursor[0]) >= at:
         return applied
     applied.applied = True
     rows = tx.run(
@@ -126,7 +127,7 @@ def apply_tick(
             scope_key=r[1],
             state=r[2],
             severity=r[3],
-            pending_since=_utc(r[4]),
+            pending_since=as_utc(r[4]),
             fired_at=_utc_or_none(r[5]),
             clear_since=_utc_or_none(r[6]),
             last_notified_at=_utc_or_none(r[7]),
@@ -352,15 +353,11 @@ def _finite(value: float | None) -> float | None:
 
 
 def _iso(moment: datetime | None) -> str | None:
-    return _utc(moment).isoformat() if moment is not None else None
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return as_utc(moment).isoformat() if moment is not None else None
 
 
 def _utc_or_none(moment: datetime | None) -> datetime | None:
-    return None if moment is None else _utc(moment)
+    return None if moment is None else as_utc(moment)
 
 
 def _delayed_firing(event: str, alert: OpenAlert, at: datetime) -> bool:

@@ -25,6 +25,7 @@ import sqlalchemy as sa
 
 from inferledger.core.notify import DeliveryResult, send
 from inferledger.core.storage import Storage, Transaction
+from inferledger.core.times import as_utc
 from ledger.schema import alert_events, notification_outbox
 from ledger.schema import delivery_log as delivery_log_table
 from models.alert_config import Channel
@@ -119,11 +120,11 @@ def _notification(row: tuple[Any, ...]) -> Notification:
         channel=row[3],
         event=row[4],
         payload=json.loads(row[5]),
-        created_at=_utc(row[6]),
+        created_at=as_utc(row[6]),
         state=row[7],
         attempts=int(row[8]),
-        next_attempt_at=_utc(row[9]),
-        sent_at=_utc(row[10]) if row[10] is not None else None,
+        next_attempt_at=as_utc(row[9]),
+        sent_at=as_utc(row[10]) if row[10] is not None else None,
         last_error=row[11],
     )
 
@@ -289,7 +290,7 @@ def delivery_log(
             delivery_id=int(r[0]),
             notification_id=None if r[1] is None else int(r[1]),
             channel=r[2],
-            attempted_at=_utc(r[3]),
+            attempted_at=as_utc(r[3]),
             ok=bool(r[4]),
             status_code=r[5],
             error=r[6],
@@ -330,7 +331,3 @@ def _log(
             duration_s=max(0.0, float(result.duration_s)),
         )
     )
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)

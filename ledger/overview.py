@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from inferledger.core.times import as_utc
 from ledger import coverage as cov
 from ledger.budget_status import BudgetStatus, budget_statuses
 from ledger.budgets import list_budgets
@@ -83,10 +84,6 @@ def bucket_starts(start: datetime, end: datetime, bucket: str) -> list[datetime]
     return out
 
 
-def _utc(value: datetime) -> datetime:
-    return value.astimezone(UTC) if value.tzinfo else value.replace(tzinfo=UTC)
-
-
 # ------------------------------------------------------------------------------ forecast
 @dataclass(frozen=True, slots=True)
 class Forecast:
@@ -107,7 +104,7 @@ class Forecast:
 
 def month_bounds(now: datetime) -> tuple[datetime, datetime]:
     """The UTC month holding `now`: [first instant, first instant of the next month)."""
-    now = _utc(now)
+    now = as_utc(now)
     start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
     end = (start + timedelta(days=32)).replace(day=1)
     return start, end
@@ -129,11 +126,11 @@ def forecast_month_end(
     hours in [max(current hour − window, first hour with spend), current hour) ÷ their count;
     forecast = month_to_date + run rate × hours from now to the month's end.
     """
-    now = _utc(now)
+    now = as_utc(now)
     month_start, month_end = month_bounds(now)
     current_hour = now.replace(minute=0, second=0, microsecond=0)
-    rows = [(_utc(h), float(c or 0.0)) for h, c in hourly]
-    skip = {_utc(h) for h in excluded}
+    rows = [(as_utc(h), float(c or 0.0)) for h, c in hourly]
+    skip = {as_utc(h) for h in excluded}
     mtd = sum(c for h, c in rows if month_start <= h <= now)
     with_spend = [h for h, c in rows if c != 0 and h < current_hour and h not in skip]
     window_start = current_hour - timedelta(hours=window_hours)
@@ -231,7 +228,7 @@ class PriceChange:
         who = f"{self.subject} ({self.deployment})" if self.deployment else self.subject
         old = _usd(self.old_price) if self.old_price is not None else "none"
         new = _usd(self.new_price) if self.new_price is not None else "removed"
-        return f"{who} {unit} {old} → {new} from {_utc(self.effective_from):%m-%d %H:%M}"
+        return f"{who} {unit} {old} → {new} from {as_utc(self.effective_from):%m-%d %H:%M}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -433,7 +430,7 @@ def overview_kpis(
     now: datetime | None = None,
 ) -> OverviewKpis:
     """Every number on the Overview's tiles, for the filters' range (the forecast: this month)."""
-    now = _utc(now or datetime.now(UTC))
+    now = as_utc(now or datetime.now(UTC))
     spend = spend_kpis(storage, filters)
     failures = run(storage, "overview_failures", filters).to_pylist()[0]
     latency = {r["stage"]: r for r in run(storage, "overview_latency", filters).to_pylist()}
@@ -497,7 +494,7 @@ def trend(storage: Storage, filters: Filters) -> pa.Table:
     rows = run(storage, "overview_trend", filters, bucket=bucket).to_pylist()
     if not rows:
         return pa.table({"bucket": [], "spend": [], "requests": [], "ttft_p95_ms": []})
-    by_bucket = {_utc(r["bucket"]): r for r in rows}
+    by_bucket = {as_utc(r["bucket"]): r for r in rows}
     starts = bucket_starts(filters.start, filters.end, bucket)
     return pa.table(
         {
@@ -609,7 +606,7 @@ def spend_over_time(storage: Storage, filters: Filters, dim: str, top: int = 8) 
     cells: dict[tuple[datetime, str], list[float]] = {}
     for r in rows:
         key = r["key"] if r["key"] in kept else OTHER
-        cell = cells.setdefault((_utc(r["bucket"]), key), [0.0, 0.0])
+        cell = cells.setdefault((as_utc(r["bucket"]), key), [0.0, 0.0])
         cell[0] += r["cost"]
         cell[1] += float(r["requests"] or 0)
     starts = bucket_starts(filters.start, filters.end, bucket)

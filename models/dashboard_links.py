@@ -14,8 +14,10 @@ caller that wants to say so).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from urllib.parse import urlencode
+
+from inferledger.core.times import as_utc
 
 #: The pages a link may open (their Dash paths).
 PAGES: tuple[str, ...] = (
@@ -68,7 +70,7 @@ def dashboard_link(
     """
     if page not in PAGES:
         raise ValueError(f"unknown dashboard page {page!r} (one of {', '.join(PAGES)})")
-    begin, until = _utc(start), _utc(end)
+    begin, until = as_utc(start), as_utc(end)
     if until <= begin:
         raise ValueError(f"link range end {until:%Y-%m-%d %H:%M} is not after its start")
     begin = begin.replace(second=0, microsecond=0)
@@ -89,7 +91,3 @@ def dashboard_link(
             pairs.append((key, value))
     # ":" left as is, like app.filters.UrlState.query_string: readable datetimes in the link.
     return f"{base_url.rstrip('/')}{page}?{urlencode(pairs, safe=':')}"
-
-
-def _utc(moment: datetime) -> datetime:
-    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
