@@ -1,6 +1,7 @@
-"""ledger/overview.py: the month-end forecast, the budgets the filters fall under and the top
-movers' decomposition, each against numbers worked by hand; and the overview_* queries on real
-DuckDB marts (rows written into the mart tables, so every expected number is a short sum)."""
+"""ledger/overview.py and ledger/spend.py: the month-end forecast, the budgets the filters
+fall under, the top movers' decomposition and the shapes of the spend chart and treemap, each
+against numbers worked by hand; and the overview_* queries on real DuckDB marts (rows written
+into the mart tables, so every expected number is a short sum)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ledger import overview as ov
+from ledger import spend as sp
 from ledger.overview import PeriodSpend, PriceChange, decompose, forecast_month_end
 from ledger.price_book import set_price
 from ledger.queries import Filters, QueryError, run
@@ -207,18 +209,18 @@ def test_buckets_and_drill_down_helpers() -> None:
     assert days == [datetime(2026, 11, d, tzinfo=UTC) for d in (28, 29, 30)]
     assert len(ov.bucket_starts(end - timedelta(days=1), end, "hour")) == 24
 
-    sep = ov.NODE_SEP
-    assert ov.drill_target("finance-ops") == {"team": "finance-ops"}
-    assert ov.drill_target(f"t{sep}a{sep}/r") == {"team": "t", "app": "a", "route": "/r"}
-    assert ov.drill_target("(idle)") is None
-    assert ov.drill_target(f"t{sep}(no app)") is None
-    assert ov.drill_target(None) is None
-    assert ov.drill_up({"team": "t", "app": "a", "route": None}) == {
+    sep = sp.NODE_SEP
+    assert sp.drill_target("finance-ops") == {"team": "finance-ops"}
+    assert sp.drill_target(f"t{sep}a{sep}/r") == {"team": "t", "app": "a", "route": "/r"}
+    assert sp.drill_target("(idle)") is None
+    assert sp.drill_target(f"t{sep}(no app)") is None
+    assert sp.drill_target(None) is None
+    assert sp.drill_up({"team": "t", "app": "a", "route": None}) == {
         "team": "t",
         "app": None,
         "route": None,
     }
-    assert ov.drill_up({"team": None}) == {"team": None, "app": None, "route": None}
+    assert sp.drill_up({"team": None}) == {"team": None, "app": None, "route": None}
 
 
 def test_tree_nodes_sum_their_children() -> None:
@@ -233,8 +235,8 @@ def test_tree_nodes_sum_their_children() -> None:
             "requests": [1, 2, 3],
         }
     )
-    nodes = {r["id"]: r for r in ov.tree_nodes(leaves).to_pylist()}
-    sep = ov.NODE_SEP
+    nodes = {r["id"]: r for r in sp.tree_nodes(leaves).to_pylist()}
+    sep = sp.NODE_SEP
     assert nodes["t1"]["cost"] == 3.0 and nodes["t1"]["parent"] == ""
     assert nodes[f"t1{sep}a"]["requests"] == 3 and nodes[f"t1{sep}a"]["parent"] == "t1"
     assert nodes[f"t2{sep}b{sep}/z"]["level"] == "route"
@@ -355,12 +357,12 @@ def test_trend_has_every_bucket(marts) -> None:
 
 def test_spend_over_time_keeps_the_top_keys_and_sums_the_rest(marts) -> None:
     f = Filters(T0, T0 + 2 * H)
-    table = ov.spend_over_time(marts, f, "route", top=2)
+    table = sp.spend_over_time(marts, f, "route", top=2)
     keys = list(dict.fromkeys(table.column("key").to_pylist()))
-    assert keys == ["/x", "(idle)", ov.OTHER]  # /x 3.5, (idle) 3.0; /y and /new summed
+    assert keys == ["/x", "(idle)", sp.OTHER]  # /x 3.5, (idle) 3.0; /y and /new summed
     rows = {(r["bucket"], r["key"]): r["cost"] for r in table.to_pylist()}
-    assert rows[(T0 + H, ov.OTHER)] == pytest.approx(0.75)
-    assert rows[(T0, ov.OTHER)] == pytest.approx(1.0)
+    assert rows[(T0 + H, sp.OTHER)] == pytest.approx(0.75)
+    assert rows[(T0, sp.OTHER)] == pytest.approx(1.0)
     assert sum(rows.values()) == pytest.approx(8.25)
     with pytest.raises(QueryError):
-        ov.spend_over_time(marts, f, "deployment; drop table x")
+        sp.spend_over_time(marts, f, "deployment; drop table x")

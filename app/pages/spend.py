@@ -40,6 +40,7 @@ from app.figures import empty_figure, style
 from app.filters import FILTER_ID, filters_from, parse
 from app.formats import coverage_marks
 from ledger import overview as ov
+from ledger import spend as sp
 from ledger.queries import Filters, run
 from models import idle_policy
 
@@ -52,7 +53,7 @@ DIM_KEY, DIM_DEFAULT = "by", "team"
 
 
 def _dim(search: str | None) -> str:
-    return parse(search).choice(DIM_KEY, ov.SPEND_DIMENSIONS, DIM_DEFAULT)
+    return parse(search).choice(DIM_KEY, sp.SPEND_DIMENSIONS, DIM_DEFAULT)
 
 
 # --------------------------------------------------------------------------- spend over time
@@ -63,7 +64,7 @@ def _area_figure(table: Any, filters: Filters, dim: str) -> go.Figure:
     fig = go.Figure()
     for i, key in enumerate(keys):
         mine = [r for r in rows if r["key"] == key]
-        grey = key in ("(idle)", ov.OTHER)
+        grey = key in ("(idle)", sp.OTHER)
         fig.add_trace(
             go.Scatter(
                 x=[r["bucket"] for r in mine],
@@ -93,10 +94,10 @@ def _area_figure(table: Any, filters: Filters, dim: str) -> go.Figure:
 
 # --------------------------------------------------------------------------- treemap
 def _tree_figure(table: Any, _filters: Filters) -> go.Figure:
-    nodes = ov.tree_nodes(table)
+    nodes = sp.tree_nodes(table)
     teams = list(dict.fromkeys(table.column("team").to_pylist()))
     color = {
-        t: palette.NOT_A_KEY if t in ov.NOT_DRILLABLE else palette.cycle(palette.SERIES, i)
+        t: palette.NOT_A_KEY if t in sp.NOT_DRILLABLE else palette.cycle(palette.SERIES, i)
         for i, t in enumerate(teams)
     }
     ids_ = nodes.column("id").to_pylist()
@@ -119,7 +120,7 @@ def _tree_figure(table: Any, _filters: Filters) -> go.Figure:
             hovertemplate="%{customdata[0]} %{label}<br>$%{value:,.4f} "
             "(%{percentRoot:.1%} of spend)<br>%{customdata[1]:,} requests<extra></extra>",
             marker={
-                "colors": [color[i.split(ov.NODE_SEP)[0]] for i in ids_],
+                "colors": [color[i.split(sp.NODE_SEP)[0]] for i in ids_],
                 "line": {"color": palette.WHITE, "width": 2},
             },
             textfont={"color": palette.WHITE},
@@ -136,7 +137,7 @@ TREE = chart(
     _id,
     "tree",
     "Spend by team → app → route",
-    lambda filters: ov.spend_tree(context.storage(), filters),
+    lambda filters: sp.spend_tree(context.storage(), filters),
     _tree_figure,
     height=420,
     note="Click a team, then an app, then a route to narrow every chart to it.",
@@ -227,7 +228,7 @@ def _teams_card() -> html.Section:
 # --------------------------------------------------------------------------- layout
 def layout(**kwargs: object) -> html.Div:
     by = kwargs.get(DIM_KEY)
-    dim = by if by in ov.SPEND_DIMENSIONS else DIM_DEFAULT
+    dim = by if by in sp.SPEND_DIMENSIONS else DIM_DEFAULT
     return html.Div(
         [
             html.Div(
@@ -241,7 +242,7 @@ def layout(**kwargs: object) -> html.Div:
                     html.Span("Spend over time by", className="filter-label", id=_id("dim-label")),
                     dcc.RadioItems(
                         id=_id("dim"),
-                        options=[{"label": d.title(), "value": d} for d in ov.SPEND_DIMENSIONS],
+                        options=[{"label": d.title(), "value": d} for d in sp.SPEND_DIMENSIONS],
                         value=dim,
                         inline=True,
                         className="radio-row",
@@ -286,7 +287,7 @@ def layout(**kwargs: object) -> html.Div:
     )
 
 
-def _spend_hint(s: ov.SpendSummary) -> str:
+def _spend_hint(s: sp.SpendSummary) -> str:
     return f"{number(s.requests)} requests" + coverage_marks(s.estimated_cost, s.unpriced_requests)
 
 
@@ -300,7 +301,7 @@ def _spend_hint(s: ov.SpendSummary) -> str:
 )
 def _kpis(search: str | None, _tick: int | None) -> tuple[list[html.Div], str, str]:
     filters = filters_from(search)
-    s = ov.spend_summary(context.storage(), filters)
+    s = sp.spend_summary(context.storage(), filters)
     tiles = [
         stat("Spend", money(s.spend), hint=_spend_hint(s), id=_id("kpi-spend")),
         stat(
@@ -330,7 +331,7 @@ def _kpis(search: str | None, _tick: int | None) -> tuple[list[html.Div], str, s
 def _over_time(search: str | None, _tick: int | None) -> tuple[go.Figure, str]:
     filters = filters_from(search)
     dim = _dim(search)
-    table = ov.spend_over_time(context.storage(), filters, dim)
+    table = sp.spend_over_time(context.storage(), filters, dim)
     if table.num_rows == 0:
         return empty_figure(), why_empty(filters)
     return _area_figure(table, filters, dim), ""
@@ -344,7 +345,7 @@ def _over_time(search: str | None, _tick: int | None) -> tuple[go.Figure, str]:
 )
 def _over_time_csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
     filters, dim = filters_from(search), _dim(search)
-    table = ov.spend_over_time(context.storage(), filters, dim)
+    table = sp.spend_over_time(context.storage(), filters, dim)
     return csv_download(table, f"spend-by-{dim}", filters)
 
 
@@ -389,7 +390,7 @@ def _teams_csv(_clicks: int | None, search: str | None) -> dict[str, Any]:
 def _crumbs(search: str | None) -> tuple[list[Any], str, bool]:
     # No auto-refresh tick: the crumbs and the link are the URL's filters, not data.
     values = parse(search).values
-    path = [(level, values.get(level)) for level in ov.DRILL_LEVELS if values.get(level)]
+    path = [(level, values.get(level)) for level in sp.DRILL_LEVELS if values.get(level)]
     crumbs: list[Any] = [html.Span("All teams", className="crumb")]
     for level, value in path:
         crumbs += [html.Span("›", className="crumb-sep", **{"aria-hidden": "true"})]
@@ -414,13 +415,13 @@ def _drill(
     # both inputs "changed" and empty: only a real click or press counts.
     fired = {t["prop_id"].split(".")[0] for t in ctx.triggered if t.get("value")}
     if _id("up") in fired:
-        target = ov.drill_up(parse(search).values)
+        target = sp.drill_up(parse(search).values)
     elif _id("tree") in fired and click:
         points = click.get("points") or [{}]
-        found = ov.drill_target(points[0].get("id"))
+        found = sp.drill_target(points[0].get("id"))
         if found is None:
             raise PreventUpdate
-        target = {level: found.get(level) for level in ov.DRILL_LEVELS}
+        target = {level: found.get(level) for level in sp.DRILL_LEVELS}
     else:
         raise PreventUpdate
     return target["team"], target["app"], target["route"]
