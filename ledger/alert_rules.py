@@ -22,13 +22,13 @@ import sqlalchemy as sa
 from ledger.alert_signals_base import check_signal_rule
 from ledger.budgets import (
     ConfigChangePage,
-    UnknownConfigError,
+    StoredKind,
     changes_page,
     check_channels,
-    record_change,
     set_archived_by_name,
     tx_archive_row,
     tx_get_budget,
+    tx_save_named,
 )
 from ledger.schema import alert_channels, alert_rules
 from ledger.schema import budgets as budgets_table
@@ -219,46 +219,20 @@ def _check_budget(tx: Transaction, rule: AlertRule, where: str) -> None:
         raise ConfigError(f"{where}: budget {rule.budget_name!r} is archived")
 
 
+RULES = StoredKind(
+    "rule", alert_rules, "rule_id", tx_get_rule, _rule_values,
+    rule_to_mapping, rule_to_mapping,
+)  # fmt: skip
+
+
 def tx_save_rule(
     tx: Transaction, rule: AlertRule, *, by: str, replace_name: str | None, allow_file: bool
 ) -> AlertRule:
     """save_rule inside a transaction (the alerts file's sync runs several in one)."""
-    t = alert_rules
     where = f"rule {rule.name!r}"
     check_channels(tx, rule.channels, where)
     _check_budget(tx, rule, where)
-    clash = tx_get_rule(tx, rule.name)
-    if replace_name is None:
-        if clash is not None:
-            state = " (archived: restore it, or pick another name)" if clash.archived_at else ""
-            raise ConfigError(f"a rule named {rule.name!r} already exists{state}")
-        tx.run(sa.insert(t).values(**_rule_values(rule)))
-        record_change(
-            tx, by=by, kind="rule", name=rule.name, action="added", old=None,
-            new=rule_to_mapping(rule),
-        )  # fmt: skip
-    else:
-        old = tx_get_rule(tx, replace_name)
-        if old is None:
-            raise UnknownConfigError(f"no rule named {replace_name!r} to change")
-        if old.source == "file" and not allow_file:
-            raise _file_owned("rule", old.name)
-        if clash is not None and clash.rule_id != old.rule_id:
-            raise ConfigError(f"a rule named {rule.name!r} already exists")
-        before, after = rule_to_mapping(old), rule_to_mapping(rule)
-        if before == after and old.source == rule.source:
-            return old
-        tx.run(
-            sa.update(t)
-            .where(t.c.rule_id == old.rule_id)
-            .values(**_rule_values(rule), updated_at=sa.func.now())
-        )
-        record_change(
-            tx, by=by, kind="rule", name=rule.name, action="changed", old=before, new=after
-        )
-    stored = tx_get_rule(tx, rule.name)
-    assert stored is not None  # just written in this transaction
-    return stored
+    return tx_save_named(tx, RULES, rule, by=by, replace_name=replace_name, allow_file=allow_file)
 
 
 def save_rule(
@@ -362,56 +336,32 @@ def tx_get_channel(tx: Transaction, name: str) -> Channel | None:
     return _channel(row) if row else None
 
 
+def _channel_values(ch: Channel) -> dict[str, Any]:
+    return {
+        "name": ch.name,
+        "kind": ch.kind,
+        "config": _dumps(dict(ch.config)),
+        "source": ch.source,
+    }
+
+
+CHANNELS = StoredKind(
+    "channel", alert_channels, "name", tx_get_channel,
+    _channel_values, _redacted, channel_to_mapping,
+)  # fmt: skip
+
+
 def tx_save_channel(
     tx: Transaction, channel: Channel, *, by: str, replace_name: str | None, allow_file: bool
 ) -> Channel:
-    t = alert_channels
-    old = tx_get_channel(tx, channel.name)
-    if replace_name is None:
-        if old is not None:
-            state = " (archived: restore it, or pick another name)" if old.archived_at else ""
-            raise ConfigError(f"a channel named {channel.name!r} already exists{state}")
-        tx.run(
-            sa.insert(t).values(
-                name=channel.name,
-                kind=channel.kind,
-                config=_dumps(dict(channel.config)),
-                source=channel.source,
-            )
+    if replace_name is not None and replace_name != channel.name:
+        raise ConfigError(
+            f"channel {replace_name!r} cannot be renamed (budgets and rules name it): "
+            "add a new channel and point them at it"
         )
-        record_change(
-            tx, by=by, kind="channel", name=channel.name, action="added", old=None,
-            new=_redacted(channel),
-        )  # fmt: skip
-    else:
-        if replace_name != channel.name:
-            raise ConfigError(
-                f"channel {replace_name!r} cannot be renamed (budgets and rules name it): "
-                "add a new channel and point them at it"
-            )
-        if old is None:
-            raise UnknownConfigError(f"no channel named {replace_name!r} to change")
-        if old.source == "file" and not allow_file:
-            raise _file_owned("channel", old.name)
-        if channel_to_mapping(old) == channel_to_mapping(channel) and old.source == channel.source:
-            return old
-        tx.run(
-            sa.update(t)
-            .where(t.c.name == old.name)
-            .values(
-                kind=channel.kind,
-                config=_dumps(dict(channel.config)),
-                source=channel.source,
-                updated_at=sa.func.now(),
-            )
-        )
-        record_change(
-            tx, by=by, kind="channel", name=channel.name, action="changed", old=_redacted(old),
-            new=_redacted(channel),
-        )  # fmt: skip
-    stored = tx_get_channel(tx, channel.name)
-    assert stored is not None
-    return stored
+    return tx_save_named(
+        tx, CHANNELS, channel, by=by, replace_name=replace_name, allow_file=allow_file
+    )
 
 
 def save_channel(

@@ -326,41 +326,88 @@ def check_channels(tx: Transaction, names: Sequence[str], where: str) -> None:
             raise ConfigError(f"{where}: unknown channel {name!r} (add it first, or fix the name)")
 
 
+@dataclass(frozen=True)
+class StoredKind:
+    """How one kind of named configuration (budget, rule, channel) is kept: its table, the
+    column an update matches on, how a transaction reads one by name, its row values, what
+    the audit trail records of it and what counts as a change."""
+
+    kind: str
+    table: sa.Table
+    key: str
+    get: Callable[[Transaction, str], Any]
+    values: Callable[[Any], dict[str, Any]]
+    audit: Callable[[Any], dict[str, Any]]
+    compared: Callable[[Any], dict[str, Any]]
+
+
+def tx_save_named(
+    tx: Transaction,
+    how: StoredKind,
+    item: Any,
+    *,
+    by: str,
+    replace_name: str | None,
+    allow_file: bool,
+    after_update: Callable[[Any], None] | None = None,
+) -> Any:
+    """Add `item` (replace_name None) or change the entry named replace_name into it, with
+    its audit row, in the caller's transaction; returns the stored entry. ConfigError when
+    the name is taken or the entry to change belongs to the alerts file and allow_file is
+    off, UnknownConfigError when there is nothing to change; a change that
+    changes nothing writes nothing (the save_* functions refuse an item of source 'file'
+    before they write). after_update(old) runs after an update (a rename's
+    follow-ups)."""
+    kind, t, name = how.kind, how.table, item.name
+    clash = how.get(tx, name)
+    if replace_name is None:
+        if clash is not None:
+            state = " (archived: restore it, or pick another name)" if clash.archived_at else ""
+            raise ConfigError(f"a {kind} named {name!r} already exists{state}")
+        tx.run(sa.insert(t).values(**how.values(item)))
+        record_change(
+            tx, by=by, kind=kind, name=name, action="added", old=None, new=how.audit(item)
+        )
+    else:
+        old = how.get(tx, replace_name)
+        if old is None:
+            raise UnknownConfigError(f"no {kind} named {replace_name!r} to change")
+        if old.source == "file" and not allow_file:
+            raise _file_owned(kind, old.name)
+        key = getattr(old, how.key)
+        if clash is not None and getattr(clash, how.key) != key:
+            raise ConfigError(f"a {kind} named {name!r} already exists")
+        if how.compared(old) == how.compared(item) and old.source == item.source:
+            return old
+        tx.run(
+            sa.update(t)
+            .where(t.c[how.key] == key)
+            .values(**how.values(item), updated_at=sa.func.now())
+        )
+        if after_update is not None:
+            after_update(old)
+        record_change(
+            tx, by=by, kind=kind, name=name, action="changed", old=how.audit(old),
+            new=how.audit(item),
+        )  # fmt: skip
+    stored = how.get(tx, name)
+    assert stored is not None  # just written in this transaction
+    return stored
+
+
+BUDGETS = StoredKind(
+    "budget", budgets_table, "budget_id", tx_get_budget, _row_values, budget_to_mapping,
+    budget_to_mapping,
+)  # fmt: skip
+
+
 def tx_save_budget(
     tx: Transaction, budget: Budget, *, by: str, replace_name: str | None, allow_file: bool
 ) -> Budget:
     """save_budget inside a transaction (the alerts file's sync runs several in one)."""
-    t = budgets_table
-    where = f"budget {budget.name!r}"
-    check_channels(tx, budget.channels, where)
-    clash = tx_get_budget(tx, budget.name)
-    if replace_name is None:
-        if clash is not None:
-            state = " (archived: restore it, or pick another name)" if clash.archived_at else ""
-            raise ConfigError(f"a budget named {budget.name!r} already exists{state}")
-        tx.run(sa.insert(t).values(**_row_values(budget)))
-        record_change(
-            tx, by=by, kind="budget", name=budget.name, action="added", old=None,
-            new=budget_to_mapping(budget),
-        )  # fmt: skip
-    else:
-        old = tx_get_budget(tx, replace_name)
-        if old is None:
-            raise UnknownConfigError(f"no budget named {replace_name!r} to change")
-        if old.source == "file" and not allow_file:
-            raise _file_owned("budget", old.name)
-        if budget.source == "file" and old.source != "file" and not allow_file:
-            raise ConfigError(f"{where}: only the alerts file writes budgets of source 'file'")
-        if clash is not None and clash.budget_id != old.budget_id:
-            raise ConfigError(f"a budget named {budget.name!r} already exists")
-        before, after = budget_to_mapping(old), budget_to_mapping(budget)
-        if before == after and old.source == budget.source:
-            return old
-        tx.run(
-            sa.update(t)
-            .where(t.c.budget_id == old.budget_id)
-            .values(**_row_values(budget), updated_at=sa.func.now())
-        )
+    check_channels(tx, budget.channels, f"budget {budget.name!r}")
+
+    def renamed(old: Budget) -> None:  # the rules watching it follow
         if old.name != budget.name:
             r = alert_rules.c
             tx.run(
@@ -368,12 +415,11 @@ def tx_save_budget(
                 .where(r.budget_name == old.name)
                 .values(budget_name=budget.name, updated_at=sa.func.now())
             )
-        record_change(
-            tx, by=by, kind="budget", name=budget.name, action="changed", old=before, new=after
-        )
-    stored = tx_get_budget(tx, budget.name)
-    assert stored is not None  # just written in this transaction
-    return stored
+
+    return tx_save_named(
+        tx, BUDGETS, budget, by=by, replace_name=replace_name, allow_file=allow_file,
+        after_update=renamed,
+    )  # fmt: skip
 
 
 def save_budget(storage: Storage, budget: Budget, *, by: str, replace: str | None = None) -> Budget:
@@ -384,11 +430,9 @@ def save_budget(storage: Storage, budget: Budget, *, by: str, replace: str | Non
     budget = checked_budget(budget)
     if budget.source == "file":
         raise ConfigError(f"budget {budget.name!r}: only the alerts file writes source 'file'")
-
-    def write(tx: Transaction) -> Budget:
-        return tx_save_budget(tx, budget, by=by, replace_name=replace, allow_file=False)
-
-    return storage.write(write)
+    return storage.write(
+        lambda tx: tx_save_budget(tx, budget, by=by, replace_name=replace, allow_file=False)
+    )
 
 
 def set_archived_by_name(
