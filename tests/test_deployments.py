@@ -569,7 +569,7 @@ def test_service_start_syncs_configured_deployments(live_factory) -> None:
 
 # ------------------------------------------------------------------------------ SLO targets
 def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
-    from ledger import deployments as deps
+    from ledger import slo_targets
     from ledger.efficiency import (
         SloTargetsError,
         bundled_slo_targets_file,
@@ -579,12 +579,12 @@ def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
 
     seeded = seed_slo_targets_if_empty(storage)
     assert seeded == len(load_slo_targets(bundled_slo_targets_file()))
-    listed = {t.objective: t for t in deps.list_slo_targets(storage)}
+    listed = {t.objective: t for t in slo_targets.list_slo_targets(storage)}
     answer = listed["answer-ttft-p95"]
     assert answer.describe() == "/answer ttft p95 ≤ 0.5 s"
     assert (answer.source, answer.versions) == ("config", 1)
     # change: the latest version in place, now owned by the UI
-    what = deps.save_slo_target(
+    what = slo_targets.save_slo_target(
         storage, objective="answer-ttft-p95", route="/answer", stage="ttft", percentile=99,
         target_s="0.8", note="looser", changed_by="ann",
     )  # fmt: skip
@@ -595,15 +595,15 @@ def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
     )
     assert row == [(0.99, 0.8, "looser", "ui")]
     # add: a route with a target already, a LIKE pattern, or a confirmed new route
-    assert deps.save_slo_target(
+    assert slo_targets.save_slo_target(
         storage, objective="summarize-ttft-p90", route="/summarize", stage="ttft",
         percentile=90, target_s=1, changed_by="ann",
     ) == "added"  # fmt: skip
-    assert deps.save_slo_target(
+    assert slo_targets.save_slo_target(
         storage, objective="new-e2e", route="/translate", stage="e2e", percentile=50,
         target_s=3, new_route=True, changed_by="ann",
     ) == "added"  # fmt: skip
-    listed = {t.objective: t for t in deps.list_slo_targets(storage)}
+    listed = {t.objective: t for t in slo_targets.list_slo_targets(storage)}
     assert listed["new-e2e"].describe() == "/translate e2e p50 ≤ 3 s"
     assert listed["answer-ttft-p95"].describe() == "/answer ttft p99 ≤ 0.8 s"
     before = storage.fetchall("select * from slo_targets order by target_id")
@@ -623,11 +623,11 @@ def test_slo_targets_are_edited_by_name_and_validated(storage: Storage) -> None:
             "target_s": 1, "changed_by": "ann",
         } | fields  # fmt: skip
         with pytest.raises(SloTargetsError, match=message):
-            deps.save_slo_target(storage, **args)
+            slo_targets.save_slo_target(storage, **args)
     assert storage.fetchall("select * from slo_targets order by target_id") == before
-    assert deps.remove_slo_target(storage, "new-e2e", changed_by="ann") == 1
+    assert slo_targets.remove_slo_target(storage, "new-e2e", changed_by="ann") == 1
     with pytest.raises(SloTargetsError, match="no SLO target named 'new-e2e'"):
-        deps.remove_slo_target(storage, "new-e2e", changed_by="ann")
-    assert "new-e2e" not in {t.objective for t in deps.list_slo_targets(storage)}
+        slo_targets.remove_slo_target(storage, "new-e2e", changed_by="ann")
+    assert "new-e2e" not in {t.objective for t in slo_targets.list_slo_targets(storage)}
     # the seed file fills an empty table only: an edited table is not re-seeded
     assert seed_slo_targets_if_empty(storage) == 0

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from inferledger.core.storage import Storage
-from ledger import deployments as deps
+from ledger import slo_targets
 from ledger.efficiency import (
     SloTargetsError,
     bundled_slo_targets_file,
@@ -27,9 +27,9 @@ VALUE_KEYS = {
 }  # fmt: skip
 
 
-def changes(storage: Storage) -> list[deps.SloTargetChange]:
+def changes(storage: Storage) -> list[slo_targets.SloTargetChange]:
     """The whole trail, oldest first."""
-    return list(reversed(deps.slo_changes_page(storage, 0, 10_000).changes))
+    return list(reversed(slo_targets.slo_changes_page(storage, 0, 10_000).changes))
 
 
 def counts(storage: Storage) -> tuple[int, int]:
@@ -66,7 +66,9 @@ def test_the_seed_records_one_seeded_row_per_target(storage: Storage, tmp_path: 
         "rag",
         "/b%",
     )
-    assert deps.SloTargetChange.describe_values(trail[1].new) == "/a ttft p95 ≤ 1.2 s (tighter)"
+    assert (
+        slo_targets.SloTargetChange.describe_values(trail[1].new) == "/a ttft p95 ≤ 1.2 s (tighter)"
+    )
     # the audit rows commit with the targets: same transaction, one timestamp
     assert len({c.changed_at for c in trail}) == 1
     assert seed_slo_targets_if_empty(storage, path) == 0
@@ -77,7 +79,7 @@ def test_each_edit_records_its_values_before_and_after(storage: Storage) -> None
     seed_slo_targets_if_empty(storage)
     seeded = len(load_slo_targets(bundled_slo_targets_file()))
     # changed: the latest version in place; before = the seed's values, after = the new ones
-    assert deps.save_slo_target(
+    assert slo_targets.save_slo_target(
         storage, objective="answer-ttft-p95", route="/answer", stage="ttft", percentile=99,
         target_s="0.8", note="looser", changed_by="ann",
     ) == "changed"  # fmt: skip
@@ -102,13 +104,13 @@ def test_each_edit_records_its_values_before_and_after(storage: Storage) -> None
     assert change.new["source"] == "ui"
     assert change.new["effective_from"] == change.old["effective_from"]  # changed in place
     # the same values again: nothing to record, nothing written
-    assert deps.save_slo_target(
+    assert slo_targets.save_slo_target(
         storage, objective="answer-ttft-p95", route="/answer", stage="ttft", percentile=99,
         target_s=0.8, note="looser", changed_by="bob",
     ) == "unchanged"  # fmt: skip
     assert len(changes(storage)) == seeded + 1
     # added: no before
-    assert deps.save_slo_target(
+    assert slo_targets.save_slo_target(
         storage, objective="translate-e2e", route="/translate", stage="e2e", percentile=90,
         target_s=3, new_route=True, changed_by="bob",
     ) == "added"  # fmt: skip
@@ -119,7 +121,7 @@ def test_each_edit_records_its_values_before_and_after(storage: Storage) -> None
         "translate-e2e",
         None,
     )
-    assert deps.SloTargetChange.describe_values(added.new) == "/translate e2e p90 ≤ 3 s"
+    assert slo_targets.SloTargetChange.describe_values(added.new) == "/translate e2e p90 ≤ 3 s"
     assert added.new is not None and set(added.new) == VALUE_KEYS
     # removed: one row per objective with its latest version's values and how many went
     storage.execute_write(
@@ -127,7 +129,7 @@ def test_each_edit_records_its_values_before_and_after(storage: Storage) -> None
         "effective_from, source) values ('translate-e2e', '/translate', 'e2e', 0.9, 2.5, "
         "'2026-06-01', 'ui')"
     )
-    assert deps.remove_slo_target(storage, "translate-e2e", changed_by="cid") == 2
+    assert slo_targets.remove_slo_target(storage, "translate-e2e", changed_by="cid") == 2
     removed = changes(storage)[-1]
     assert (removed.changed_by, removed.action, removed.objective, removed.new) == (
         "cid",
@@ -159,11 +161,11 @@ def test_a_refused_save_or_remove_writes_no_audit_row(storage: Storage) -> None:
         ({"objective": "answer-ttft-p95", "changed_by": ""}, "changed_by: say who"),
     ]:
         with pytest.raises(SloTargetsError, match=message):
-            deps.save_slo_target(storage, **(good | fields))
+            slo_targets.save_slo_target(storage, **(good | fields))
     with pytest.raises(SloTargetsError, match="no SLO target named 'nope'"):
-        deps.remove_slo_target(storage, "nope", changed_by="ann")
+        slo_targets.remove_slo_target(storage, "nope", changed_by="ann")
     with pytest.raises(SloTargetsError, match="changed_by: say who"):
-        deps.remove_slo_target(storage, "answer-ttft-p95", changed_by="")
+        slo_targets.remove_slo_target(storage, "answer-ttft-p95", changed_by="")
     assert counts(storage) == before
 
 
@@ -175,17 +177,17 @@ def test_removed_targets_stay_removed_across_restarts(tmp_path: Path) -> None:
     db = tmp_path / "ledger.duckdb"
     with Storage(db) as storage:
         prepare_reference_data(storage, settings)  # what every start does
-        names = [t.objective for t in deps.list_slo_targets(storage)]
+        names = [t.objective for t in slo_targets.list_slo_targets(storage)]
         assert names
         for name in names:
-            deps.remove_slo_target(storage, name, changed_by="ann")
+            slo_targets.remove_slo_target(storage, name, changed_by="ann")
         assert seed_slo_targets_if_empty(storage) == 0
         trail = counts(storage)
         assert trail == (0, 2 * len(names))
     with Storage(db) as storage:  # a restart
         prepare_reference_data(storage, settings)
         assert counts(storage) == trail
-        assert deps.list_slo_targets(storage) == []
+        assert slo_targets.list_slo_targets(storage) == []
 
 
 def downgrade_to_14(storage: Storage) -> None:
@@ -219,7 +221,7 @@ def test_an_old_ledger_with_targets_is_not_reseeded(tmp_path: Path) -> None:
         assert counts(storage) == (1, 0)
         assert seed_slo_targets_if_empty(storage) == 0
         assert counts(storage) == (1, 0)
-        assert [t.objective for t in deps.list_slo_targets(storage)] == ["mine"]
+        assert [t.objective for t in slo_targets.list_slo_targets(storage)] == ["mine"]
 
 
 def test_a_fresh_ledger_is_seeded_once(tmp_path: Path) -> None:
@@ -235,45 +237,45 @@ def test_a_fresh_ledger_is_seeded_once(tmp_path: Path) -> None:
 def test_restore_puts_back_only_the_missing_bundled_objectives(storage: Storage) -> None:
     seed_slo_targets_if_empty(storage)
     bundled = load_slo_targets(bundled_slo_targets_file())
-    deps.save_slo_target(
+    slo_targets.save_slo_target(
         storage, objective="answer-ttft-p95", route="/answer", stage="ttft", percentile=99,
         target_s=0.8, changed_by="ann",
     )  # fmt: skip
     for name in ("answer-e2e-p95", "all-queue-p99"):
-        deps.remove_slo_target(storage, name, changed_by="ann")
+        slo_targets.remove_slo_target(storage, name, changed_by="ann")
     before = len(changes(storage))
-    assert deps.restore_bundled_slo_targets(storage, changed_by="bob") == 2
+    assert slo_targets.restore_bundled_slo_targets(storage, changed_by="bob") == 2
     restored = changes(storage)[before:]
     assert sorted((c.changed_by, c.action, c.objective) for c in restored) == [
         ("bob", "seeded", "all-queue-p99"),
         ("bob", "seeded", "answer-e2e-p95"),
     ]
-    listed = {t.objective: t for t in deps.list_slo_targets(storage)}
+    listed = {t.objective: t for t in slo_targets.list_slo_targets(storage)}
     assert set(listed) == {t.objective for t in bundled}
     assert listed["answer-e2e-p95"].source == "config"
     # the edited objective was left as the admin set it
     assert listed["answer-ttft-p95"].describe() == "/answer ttft p99 ≤ 0.8 s"
-    assert deps.restore_bundled_slo_targets(storage, changed_by="bob") == 0
+    assert slo_targets.restore_bundled_slo_targets(storage, changed_by="bob") == 0
     assert len(changes(storage)) == before + 2
 
 
 def test_the_trail_is_read_a_page_at_a_time_newest_first(storage: Storage) -> None:
     seed_slo_targets_if_empty(storage)
     for i in range(25):
-        deps.save_slo_target(
+        slo_targets.save_slo_target(
             storage, objective=f"o{i:02d}", route="/%", stage="e2e", percentile=90,
             target_s=1 + i, changed_by="ann",
         )  # fmt: skip
     total = len(load_slo_targets(bundled_slo_targets_file())) + 25
-    first = deps.slo_changes_page(storage, 0, 20)
+    first = slo_targets.slo_changes_page(storage, 0, 20)
     assert (first.offset, first.total, len(first.changes)) == (0, total, 20)
     assert [c.objective for c in first.changes[:2]] == ["o24", "o23"]
     ids = [c.change_id for c in first.changes]
     assert ids == sorted(ids, reverse=True)
-    last = deps.slo_changes_page(storage, 999, 20)
+    last = slo_targets.slo_changes_page(storage, 999, 20)
     assert (last.offset, len(last.changes)) == (20, total - 20)
     assert last.changes[-1].action == "seeded"
     assert isinstance(last.changes[-1].changed_at, datetime)
     assert last.changes[-1].changed_at.astimezone(UTC).year >= 2026
     with pytest.raises(SloTargetsError, match="at least one change"):
-        deps.slo_changes_page(storage, 0, 0)
+        slo_targets.slo_changes_page(storage, 0, 0)

@@ -199,11 +199,11 @@ def test_admin_edits_an_slo_target_shown_by_name(secured: LiveService, tab: Any)
 
 
 def test_removed_slo_targets_say_so_and_can_be_restored(secured: LiveService, tab: Any) -> None:
-    from ledger import deployments
+    from ledger import slo_targets
 
     storage = secured.service.storage
-    for target in deployments.list_slo_targets(storage):
-        deployments.remove_slo_target(storage, target.objective, changed_by="bob")
+    for target in slo_targets.list_slo_targets(storage):
+        slo_targets.remove_slo_target(storage, target.objective, changed_by="bob")
     page, _ = tab
     sign_in(page, secured.url, "ann", PASSWORDS["ann"], "/admin/deployments")
     page.wait_for_selector("#admin-deployments-slo-table >> text=they were removed")

@@ -23,7 +23,7 @@ from app import context
 from app.auth import RoleRequiredError
 from app.components import ids, pager, pager_state, turned_offset
 from app.filters import filters_from
-from ledger import deployments
+from ledger import deployments, slo_targets
 from ledger.efficiency import LATENCY_STAGES, SloTargetsError
 from ledger.queries import run
 from models import idle_policy
@@ -189,9 +189,9 @@ def _slo_show(_version: int) -> tuple[Any, list[dict[str, str]], bool]:
     except RoleRequiredError as exc:
         return html.P(str(exc), className="auth-error", role="alert"), [], True
     storage = context.storage()
-    targets = deployments.list_slo_targets(storage)
+    targets = slo_targets.list_slo_targets(storage)
     if not targets:
-        removed = deployments.slo_changes_page(storage, 0, 1).total > 0
+        removed = slo_targets.slo_changes_page(storage, 0, 1).total > 0
         text = (
             "No SLO targets: they were removed (see the changes below), and stay removed "
             "across restarts. Add one below, or restore the bundled targets "
@@ -237,10 +237,10 @@ def _slo_changes(_version: int, offset: int | None) -> tuple[Any, str, bool, boo
         context.require_role("admin")
     except RoleRequiredError as exc:
         return html.P(str(exc), className="auth-error", role="alert"), "", True, True
-    page = deployments.slo_changes_page(context.storage(), offset or 0, SLO_PAGE_SIZE)
+    page = slo_targets.slo_changes_page(context.storage(), offset or 0, SLO_PAGE_SIZE)
     if not page.changes:
         return html.P("No changes yet.", className="empty-state"), "", True, True
-    describe = deployments.SloTargetChange.describe_values
+    describe = slo_targets.SloTargetChange.describe_values
     head = ["When", "By", "Action", "Objective", "Before", "After"]
     body = [
         html.Tr(
@@ -285,7 +285,7 @@ def _slo_restore(_clicks: int, version: int) -> tuple[Any, int, Any]:
     """Put the seed file's objectives back; the audit trail goes back to its newest page."""
     try:
         admin = context.require_role("admin")
-        added = deployments.restore_bundled_slo_targets(context.storage(), changed_by=_who(admin))
+        added = slo_targets.restore_bundled_slo_targets(context.storage(), changed_by=_who(admin))
     except (RoleRequiredError, SloTargetsError) as exc:
         return html.P(str(exc), className="auth-error", role="alert"), version, dash.no_update
     done = (
@@ -311,7 +311,7 @@ def _slo_pick(objective: str | None) -> tuple[Any, ...]:
         context.require_role("admin")
     except RoleRequiredError:
         return (dash.no_update,) * 6
-    targets = deployments.list_slo_targets(context.storage())
+    targets = slo_targets.list_slo_targets(context.storage())
     chosen = [t for t in targets if t.objective == objective]
     if not chosen:
         return (dash.no_update,) * 6
@@ -343,10 +343,10 @@ def _slo_change(_save: int, _remove: int, *form: Any) -> tuple[Any, int, Any]:
         who = _who(context.require_role("admin"))
         storage = context.storage()
         if ctx.triggered_id == ID("slo-remove"):
-            deployments.remove_slo_target(storage, name, changed_by=who)
+            slo_targets.remove_slo_target(storage, name, changed_by=who)
             done = f"Removed SLO target {name}."
         else:
-            what = deployments.save_slo_target(
+            what = slo_targets.save_slo_target(
                 storage,
                 objective=name,
                 route=(route or "").strip(),
@@ -357,7 +357,7 @@ def _slo_change(_save: int, _remove: int, *form: Any) -> tuple[Any, int, Any]:
                 new_route="new" in (new_route or []),
                 changed_by=who,
             )
-            [saved] = [t for t in deployments.list_slo_targets(storage) if t.objective == name]
+            [saved] = [t for t in slo_targets.list_slo_targets(storage) if t.objective == name]
             done = f"SLO target {name} {what}: {saved.describe()}."
     except (RoleRequiredError, SloTargetsError) as exc:
         return html.P(str(exc), className="auth-error", role="alert"), version, dash.no_update
