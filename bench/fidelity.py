@@ -30,13 +30,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from inferledger.core.errors import BadInputError
-from models.serving.scenario import (
-    ScenarioConfig,
-    resolve_engine,
-    run_scenario,
-    scenario_from_mapping,
-    summarize_run,
-)
+from models.serving.scenario import ScenarioConfig, scenario_from_mapping
+from models.serving.scenario_run import resolve_engine, run_scenario, summarize_run
 
 DATA = Path(__file__).resolve().parent / "data" / "published_runs.yaml"
 SPLITS = ("fit", "holdout")

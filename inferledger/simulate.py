@@ -28,15 +28,8 @@ from inferledger.sim_server import (
     serve_options_from_scenario,
     serve_simulation,
 )
-from models.serving.scenario import (
-    SCENARIO_FIELDS,
-    ScenarioConfig,
-    ScenarioRun,
-    load_scenario,
-    parse_field,
-    run_scenario,
-    summarize_run,
-)
+from models.serving.scenario import SCENARIO_FIELDS, ScenarioConfig, load_scenario, parse_field
+from models.serving.scenario_run import ScenarioRun, run_scenario, summarize_run
 from models.serving.summary import METRICS, format_benchmark_result, preemption_warning
 
 BACKEND = "inferledger-sim"

@@ -35,7 +35,8 @@ from models.capacity.types import (
     WorkloadProfile,
 )
 from models.serving.cluster import Cluster
-from models.serving.scenario import ScenarioConfig, cluster_config, resolve_engine
+from models.serving.scenario import ScenarioConfig
+from models.serving.scenario_run import cluster_config, resolve_engine
 from models.serving.summary import summarize
 
 DAILY = [10.0 * (1 + h % 6) for h in range(24)]

@@ -9,7 +9,8 @@ from itertools import pairwise
 
 import pytest
 
-from models.serving.scenario import ScenarioConfig, run_scenario
+from models.serving.scenario import ScenarioConfig
+from models.serving.scenario_run import run_scenario
 
 BASE = {"model": "llama-3.1-8b", "gpu": "H100", "random_input_len": 256, "random_output_len": 32}
 

@@ -12,7 +12,8 @@ import pytest
 
 from inferledger.cli import main
 from models.serving import SchedulerConfig
-from models.serving.scenario import ScenarioConfig, run_scenario
+from models.serving.scenario import ScenarioConfig
+from models.serving.scenario_run import run_scenario
 from models.serving.summary import preemption_warning
 from models.serving.workload import random_workload
 from tests.test_serving_sim import by_id, cluster, spec

@@ -14,13 +14,8 @@ from pathlib import Path
 import pytest
 
 from inferledger.cli import main
-from models.serving.scenario import (
-    SCENARIO_FIELDS,
-    ScenarioConfig,
-    load_scenario,
-    run_scenario,
-    scheduler_defaults,
-)
+from models.serving.scenario import SCENARIO_FIELDS, ScenarioConfig, load_scenario
+from models.serving.scenario_run import run_scenario, scheduler_defaults
 from models.steptime import build_predictor
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,7 +278,7 @@ def test_mix_workload_is_deterministic_and_follows_the_weights():
         request_rate=100.0,
         mix=load_scenario(EXAMPLES[0]).mix,
     )
-    from models.serving.scenario import make_workload
+    from models.serving.scenario_run import make_workload
 
     a, b = make_workload(scenario), make_workload(scenario)
     assert a == b

@@ -19,13 +19,8 @@ from inferledger.ledger_fixtures import S, SpanSet
 from ledger.allocation import HOUR_NS
 from ledger.marts import refresh
 from ledger.traces import TraceWindow, export_trace, trace_requests
-from models.serving.scenario import (
-    ScenarioConfig,
-    load_scenario,
-    make_workload,
-    run_scenario,
-    summarize_run,
-)
+from models.serving.scenario import ScenarioConfig, load_scenario
+from models.serving.scenario_run import make_workload, run_scenario, summarize_run
 from models.serving.summary import format_benchmark_result, summarize
 from models.workload.datasets import get_dataset
 from models.workload.trace import parse_trace, read_trace, trace_specs

@@ -577,7 +577,7 @@ def serve_options_from_scenario(args: argparse.Namespace, scenario: Any) -> SimS
     `inferledger simulate` scenario (models.serving.scenario.ScenarioConfig; its traffic
     fields are not used: clients send the traffic)."""
     from models.model_catalog import get_model
-    from models.serving.scenario import cluster_config, resolve_engine
+    from models.serving.scenario_run import cluster_config, resolve_engine
 
     engine, predictor = resolve_engine(scenario)
     hf_id = get_model(engine.model).hf_id

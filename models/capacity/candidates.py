@@ -30,7 +30,7 @@ from models.capacity.profile import unknown
 from models.capacity.types import Candidate
 from models.gpu_catalog import UnsupportedPrecisionError, get_gpu
 from models.model_catalog import DoesNotFitError, get_model, make_profile
-from models.serving.scenario import scheduler_defaults
+from models.serving.scenario_run import scheduler_defaults
 from models.steptime import RooflinePredictor
 
 WEIGHT_DTYPES = ("auto", "bf16", "fp8")

@@ -35,12 +35,8 @@ from models.serving.cluster import Cluster
 from models.serving.config import RouterPolicy, SimulationOptions
 from models.serving.records import SimulationResult
 from models.serving.request import FinishReason, RequestSpec
-from models.serving.scenario import (
-    ResolvedEngine,
-    ScenarioConfig,
-    cluster_config,
-    resolve_engine,
-)
+from models.serving.scenario import ScenarioConfig
+from models.serving.scenario_run import ResolvedEngine, cluster_config, resolve_engine
 from models.serving.summary import summarize
 from models.steptime import RooflinePredictor
 

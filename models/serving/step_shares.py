@@ -48,12 +48,8 @@ from models.serving.config import SimulationOptions
 from models.serving.records import SimulationResult
 from models.serving.replica import StepObserver
 from models.serving.request import RequestSpec
-from models.serving.scenario import (
-    ResolvedEngine,
-    ScenarioConfig,
-    cluster_config,
-    resolve_engine,
-)
+from models.serving.scenario import ScenarioConfig
+from models.serving.scenario_run import ResolvedEngine, cluster_config, resolve_engine
 from models.serving.telemetry import engine_spans
 
 PREFILL = "prefill"
