@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -12,6 +13,14 @@ from inferledger.core.errors import InferLedgerError, SettingsError
 from inferledger.demo import add_parser as add_demo_parser
 from inferledger.demo import run as run_demo
 from inferledger.settings import SETTINGS, load_settings, settings_markdown
+
+#: Commands for analysts (issue #14): command → the module with its add_parser and run.
+ANALYST_COMMANDS = {
+    "export": "inferledger.export_cli",
+    "snapshot": "inferledger.snapshot_cli",
+    "export-focus": "inferledger.focus_cli",
+    "export-sql": "inferledger.export_sql_cli",
+}
 
 #: Settings whose values `inferledger settings` does not print.
 SECRET_SETTINGS = frozenset({"ingest.keys", "auth.session_secret", "auth.oidc_client_secret"})
@@ -127,6 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_plan_parser(sub)
 
+    # The analysts' commands (issue #14), each module with add_parser(sub) and run(args).
+    for module in ANALYST_COMMANDS.values():
+        importlib.import_module(module).add_parser(sub)
+
     # `inferledger trace export`: a replay trace from the ledger's requests (ledger/traces.py)
     trace = sub.add_parser("trace", help="replay traces from the ledger's observed requests")
     trace_sub = trace.add_subparsers(dest="trace_command", required=True, metavar="ACTION")
@@ -240,6 +253,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_plan_command(args)
     if args.command == "trace":
         return _trace_export(args)
+    if args.command in ANALYST_COMMANDS:
+        return importlib.import_module(ANALYST_COMMANDS[args.command]).run(args)
     return 1
 
 

@@ -1,0 +1,13 @@
+"""`inferledger export-sql` (issue #14): being written."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    """Add the `export-sql` command to the CLI (not yet)."""
+
+
+def run(args: argparse.Namespace) -> int:
+    raise NotImplementedError("export-sql")
