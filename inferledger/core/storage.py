@@ -28,12 +28,11 @@ import logging
 import os
 import queue
 import re
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,39 +50,13 @@ from inferledger.core.errors import (
     SchemaTooNewError,
     StorageError,
 )
+from inferledger.core.sql_files import load_macro_sql, load_migrations, load_view_sql
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-_MIGRATION_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _GROUP_MAX_OPS = 64
-
-
-@dataclass(frozen=True)
-class Migration:
-    version: int
-    name: str
-    sql: str
-
-
-def load_migrations() -> list[Migration]:
-    """The schema migrations shipped in sql/migrations, in version order."""
-    out = []
-    for entry in resources.files("sql").joinpath("migrations").iterdir():
-        m = _MIGRATION_RE.match(entry.name)
-        if m:
-            out.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
-    out.sort(key=lambda mig: mig.version)
-    versions = [mig.version for mig in out]
-    if versions != list(range(1, len(out) + 1)):
-        raise StorageError(f"sql/migrations must be numbered 1..N without gaps, got {versions}")
-    return out
-
-
-def load_view_sql() -> list[tuple[str, str]]:
-    """The views in sql/views as (name, sql); the file name (without .sql) is the view name."""
-    return [(name[: -len(".sql")], sql) for name, sql in _sql_files("views")]
 
 
 def _create_in_dependency_order(
@@ -109,26 +82,22 @@ def _create_in_dependency_order(
         pending = failed
 
 
-def load_macro_sql() -> list[tuple[str, str]]:
-    """Table macros in sql/macros: each file is one full CREATE OR REPLACE MACRO statement."""
-    return _sql_files("macros")
-
-
-def _sql_files(folder: str) -> list[tuple[str, str]]:
-    """(file name, text) of every .sql file in sql/<folder>, sorted by name."""
-    root = resources.files("sql").joinpath(folder)
-    if not root.is_dir():
-        return []
-    return [
-        (entry.name, entry.read_text(encoding="utf-8"))
-        for entry in sorted(root.iterdir(), key=lambda e: e.name)
-        if entry.name.endswith(".sql")
-    ]
-
-
 def quote_ident(name: str) -> str:
     """Quote an SQL identifier (the one helper for identifiers; values are always bound)."""
     return '"' + name.replace('"', '""') + '"'
+
+
+#: Storage.copy_to's formats: name -> COPY options (https://duckdb.org/docs/sql/statements/copy).
+COPY_FORMATS: dict[str, str] = {
+    "csv": "FORMAT csv, HEADER true",
+    "parquet": "FORMAT parquet, COMPRESSION zstd",
+    "jsonl": "FORMAT json",
+}
+
+
+def _sql_text(value: str) -> str:
+    """A string literal where DuckDB binds no parameter (COPY's file and options): our text."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _query_error(exc: duckdb.Error) -> QueryError:
@@ -574,6 +543,95 @@ class Storage:
         """The rows of one SQLAlchemy Core select, read like :meth:`fetchall`."""
         sql, params = compile_statement(stmt)
         return self.fetchall(sql, params, timeout_s=timeout_s)
+
+    def copy_to(
+        self,
+        sql: str,
+        params: Params,
+        path: str | os.PathLike[str],
+        fmt: str,
+        *,
+        metadata: Mapping[str, str] | None = None,
+        ordered: bool = True,
+        timeout_s: float | None = None,
+    ) -> int:
+        """Stream a query's rows with DuckDB's ``COPY (query) TO`` to `path` (absolute) as csv,
+        parquet (`metadata`: key-value metadata) or jsonl; returns the row count. Written to a
+        temporary file beside `path`, renamed when complete. ordered=False: rows as threads
+        produce them (faster, no reorder buffer; bytes vary between runs)."""
+        target = Path(path)
+        if fmt not in COPY_FORMATS or not target.is_absolute():
+            raise StorageError(f"cannot copy to {str(path)!r} as {fmt!r} (csv, parquet, jsonl)")
+        options = [COPY_FORMATS[fmt]]
+        if fmt == "parquet" and metadata:
+            pairs = (f"{quote_ident(k)}: {_sql_text(v)}" for k, v in sorted(metadata.items()))
+            options.append(f"KV_METADATA {{{', '.join(pairs)}}}")
+        try:
+            fd, tmp = tempfile.mkstemp(f".{target.name}.", ".tmp", dir=target.parent)
+            os.close(fd)
+        except OSError as exc:
+            raise StorageError(f"cannot write in {str(target.parent)!r}: {exc.strerror}") from None
+        statement = f"COPY ({sql}) TO {_sql_text(tmp)} ({', '.join(options)})"
+
+        def run(cur: duckdb.DuckDBPyConnection) -> list[tuple[Any, ...]]:
+            # SET SESSION holds for this cursor only; reset before it serves another read.
+            cur.execute(f"SET SESSION preserve_insertion_order = {str(ordered).lower()}")
+            try:
+                return cur.execute(statement, params or []).fetchall()
+            finally:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("RESET SESSION preserve_insertion_order")
+
+        try:
+            rows = self._run_read(run, timeout_s)
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise StorageError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        return int(rows[0][0]) if rows else 0
+
+    @contextlib.contextmanager
+    def read_into_file(
+        self, path: str | os.PathLike[str], alias: str, *, timeout_s: float | None = None
+    ) -> Iterator[Transaction]:
+        """Attach a new DuckDB file at `path` under `alias` and open ONE transaction on this
+        thread's reader cursor: every statement in the block reads the ledger as of the same
+        moment (DuckDB's MVCC snapshot; writes committed meanwhile stay invisible) and may
+        write into ``alias`` (CREATE TABLE alias.x AS SELECT ...). Committed at the end of the
+        block, rolled back on an error; the file is detached (and so checkpointed) either way.
+        The consistent snapshot (ledger/snapshot.py) is built this way (issue #14)."""
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", alias):
+            raise StorageError(f"bad alias {alias!r}")
+        if "\x00" in str(path):
+            raise StorageError("a file name with a NUL character")
+        cur = self._cursor()
+        limit = self.read_timeout_s if timeout_s is None else timeout_s
+        timer = threading.Timer(limit, cur.interrupt)
+        timer.daemon = True
+        try:
+            cur.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS {alias}")
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
+        timer.start()
+        try:
+            cur.execute("BEGIN")
+            try:
+                yield Transaction(cur)
+                cur.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(duckdb.Error):
+                    cur.execute("ROLLBACK")
+                raise
+        except duckdb.InterruptException:
+            raise QueryTimeoutError(f"copy took longer than {limit:g} s and was stopped") from None
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
+        finally:
+            timer.cancel()
+            with contextlib.suppress(duckdb.Error):
+                cur.execute(f"DETACH {alias}")
 
     def size_bytes(self) -> int:
         """Bytes of the database file plus its WAL (0 for an in-memory database)."""

@@ -269,7 +269,7 @@ class Demo:
             try:
                 if requests.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):  # a busy machine answers late
                 pass
             time.sleep(0.05)
         self.stop()
