@@ -10,8 +10,6 @@ HEAD) are allowed (405 otherwise), unknown paths under the prefix are 404 JSON.
 
 from __future__ import annotations
 
-import json
-import logging
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -20,34 +18,27 @@ from zoneinfo import ZoneInfo
 
 import flask
 
-from inferledger.core.errors import InferLedgerError, one_line
-from inferledger.core.times import as_utc
-from ledger.api_tokens import TokenRefused, authenticate_token
+from app.api_common import (
+    API_PREFIX,
+    EVERY_METHOD,
+    ApiAnswer,
+    api_endpoint,
+    authenticate,
+    check_params,
+    error_response,
+    json_response,
+    parse_instant,
+)
+from app.api_views import register_view_routes
 from ledger.budget_status import BudgetStatus, budget_statuses
 from ledger.budgets import list_budgets
 
 if TYPE_CHECKING:
     from inferledger.core.storage import Storage
 
-log = logging.getLogger("app.api")
-
-API_PREFIX = "/api/v1/"
 BUDGETS_PATH = "/api/v1/budgets"
 _ENDPOINT = "api_v1_budgets"
 _QUERY_KEYS = ("name", "at")
-
-
-def _json(status: int, body: dict[str, Any], **headers: str) -> flask.Response:
-    return flask.Response(
-        json.dumps(body, ensure_ascii=False),
-        status=status,
-        content_type="application/json",
-        headers={"Cache-Control": "no-store", **headers},
-    )
-
-
-def _error(status: int, message: str, **headers: str) -> flask.Response:
-    return _json(status, {"error": message}, **headers)
 
 
 def _number(value: float | None, digits: int = 6) -> float | None:
@@ -93,14 +84,6 @@ def budget_json(s: BudgetStatus) -> dict[str, Any]:
     }
 
 
-def _parse_at(text: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"at={text[:40]!r} is not an ISO 8601 instant") from None
-    return as_utc(moment)
-
-
 def register_api(
     server: flask.Flask,
     storage: Storage,
@@ -113,43 +96,27 @@ def register_api(
     if _ENDPOINT in server.view_functions:
         return
 
+    @api_endpoint(BUDGETS_PATH)
     def budgets() -> flask.Response:
         req = flask.request
-        if req.method not in ("GET", "HEAD"):
-            return _error(405, f"{req.method} is not allowed here: the API is read-only (GET).",
-                          Allow="GET, HEAD")  # fmt: skip
-        header = req.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        try:
-            user = authenticate_token(
-                storage, token.strip() if scheme.lower() == "bearer" else None, now=clock()
-            )
-        except TokenRefused as exc:
-            return _error(401, str(exc), **{"WWW-Authenticate": 'Bearer realm="inferledger"'})
-        unknown = sorted(set(req.args) - set(_QUERY_KEYS))
-        if unknown:
-            return _error(400, f"unknown parameter {unknown[0]!r}: use name and at")
-        try:
-            at = _parse_at(req.args["at"]) if req.args.get("at") else clock()
-        except ValueError as exc:
-            return _error(400, str(exc))
+        authenticate(storage, req, clock())  # any role may read budgets
+        check_params(req, _QUERY_KEYS)
+        at = parse_instant("at", req.args["at"]) if req.args.get("at") else clock()
         name = req.args.get("name")
-        try:
-            chosen = [b for b in list_budgets(storage) if name is None or b.name == name]
-            if name is not None and not chosen:
-                return _error(404, f"no budget named {name!r}")
-            statuses = budget_statuses(storage, at, budgets=chosen, base_url=base_url)
-        except InferLedgerError as exc:
-            return _error(exc.http_status, one_line(exc))
-        except Exception as exc:  # one clear answer; the log keeps the trace
-            log.exception("GET %s failed for %s", BUDGETS_PATH, user.name)
-            return _error(500, f"internal error: {one_line(exc, 120)}")
+        chosen = [b for b in list_budgets(storage) if name is None or b.name == name]
+        if name is not None and not chosen:
+            raise ApiAnswer(404, f"no budget named {name!r}")
+        statuses = budget_statuses(storage, at, budgets=chosen, base_url=base_url)
         body = {"as_of": at.isoformat(), "budgets": [budget_json(s) for s in statuses]}
-        return _json(200, body)
+        return json_response(200, body)
 
     def unknown_path(rest: str) -> flask.Response:
-        return _error(404, f"no API at {API_PREFIX}{rest[:80]}: see {BUDGETS_PATH}")
+        return error_response(
+            404, f"no API at {API_PREFIX}{rest[:80]}: see {API_PREFIX}openapi.json"
+        )
 
-    every = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-    server.add_url_rule(BUDGETS_PATH, _ENDPOINT, budgets, methods=every)
-    server.add_url_rule(API_PREFIX + "<path:rest>", "api_v1_unknown", unknown_path, methods=every)
+    server.add_url_rule(BUDGETS_PATH, _ENDPOINT, budgets, methods=EVERY_METHOD)
+    register_view_routes(server, storage, clock=clock, base_url=base_url)
+    server.add_url_rule(
+        API_PREFIX + "<path:rest>", "api_v1_unknown", unknown_path, methods=EVERY_METHOD
+    )

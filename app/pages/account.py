@@ -1,7 +1,7 @@
 """Your API tokens: a signed-in user creates a bearer token for the read-only API
-(``GET /api/v1/budgets``; docs/api.md), sees it once, lists and revokes their own. Only the
-token's SHA-256 is stored (ledger.api_tokens); the list names each by its label and first
-characters. A token acts as its user, with the user's role.
+(``GET /api/v1/budgets``, ``/api/v1/views``; docs/api.md), sees it once, lists and revokes
+their own. Only the token's SHA-256 is stored (ledger.api_tokens); the list names each by its
+label and first characters. A token acts as its user, with the user's role.
 
 Every signed-in user may open this page; each callback acts on the signed-in user's own tokens
 only (a token id of someone else's is refused as unknown). While sign-in is off there are no
@@ -39,9 +39,13 @@ def layout(**_kwargs: object) -> html.Div:
             html.H1("Your API tokens"),
             html.P(
                 [
-                    "A token lets a script or a gateway read ",
+                    "A token lets a script, a gateway or a BI tool read the API as you (",
                     html.Code("GET /api/v1/budgets"),
-                    " as you: send it as ",
+                    "; analysts and admins also ",
+                    html.Code("GET /api/v1/views/NAME"),
+                    ", documented at ",
+                    html.Code("/api/v1/openapi.json"),
+                    "): send it as ",
                     html.Code("Authorization: Bearer <token>"),
                     ". It is shown once, when created; revoke one you no longer use.",
                 ],
