@@ -16,6 +16,8 @@ from inferledger.core.settings import Settings
 from inferledger.core.storage import Storage
 
 EXTENSION_KEY = "inferledger"
+#: Where the SQL console (ledger/console.py, its worker processes) hangs on the Flask app.
+CONSOLE_KEY = "inferledger.console"
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,6 +19,8 @@ from apscheduler.schedulers.background import BackgroundScheduler
 
 from app.api import register_api
 from app.auth import observe_sign_ins
+from app.context import CONSOLE_KEY
+from app.downloads import register_downloads
 from app.factory import create_app
 from inferledger.alerting import Alerting
 from inferledger.core.errors import InferLedgerError, SettingsError, StorageError
@@ -37,6 +39,7 @@ from ledger.deployments import sync_configured
 from ledger.efficiency import seed_slo_targets_if_empty
 from ledger.marts import Refresher
 from ledger.price_book import seed_if_empty
+from ledger.scheduled_exports import ScheduledExports
 from models.alert_config import ConfigError
 
 log = logging.getLogger(__name__)
@@ -91,6 +94,27 @@ def page_csp(script_hashes: Iterable[str]) -> str:
             "frame-ancestors 'none'",
         )
     )
+
+
+class _CountedBody:
+    """A WSGI response body that calls `done` once, when the server closes it (or it fails)."""
+
+    def __init__(self, body: Iterable[bytes], done: Callable[[], None]) -> None:
+        self._body = body
+        self._done: Callable[[], None] | None = done
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._body)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self._body, "close", None)
+            if close is not None:
+                close()
+        finally:
+            done, self._done = self._done, None
+            if done is not None:
+                done()
 
 
 class Service:
@@ -195,6 +219,10 @@ class Service:
                 next_run_time=datetime.now(UTC),
             )
         self.alerting.schedule(self.scheduler)
+        # Scheduled exports of the analyst views (ledger/scheduled_exports.py, issue #14)
+        ScheduledExports(
+            self.storage, self.settings["exports.schedules"], self.settings["exports.timeout_s"]
+        ).schedule(self.scheduler)
 
     def refresh_ledger(self) -> None:
         """The scheduled refresh of the cost marts; a failure is logged and retried next run."""
@@ -238,21 +266,31 @@ class Service:
         # Sends in flight finish (each within its timeout) before the database closes; a
         # notification cut short stays pending and is resent after the restart.
         self.alerting.close()
+        # The SQL console's worker processes (app/pages/sql.py), when someone started them.
+        console = self.dash_app.server.extensions.get(CONSOLE_KEY) if self.dash_app else None
+        if console is not None:
+            console.close()
         self.storage.close()
 
     # ------------------------------------------------------------------ HTTP
     def wsgi_app(self) -> Callable[..., Iterable[bytes]]:
         flask_app = self.dash_app.server
 
+        def done() -> None:
+            with self._inflight_lock:
+                self._inflight -= 1
+
         def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
             with self._inflight_lock:
                 self._inflight += 1
             try:
-                # Materialise the body so the in-flight count covers writing it too.
-                return list(flask_app(environ, start_response))
-            finally:
-                with self._inflight_lock:
-                    self._inflight -= 1
+                body = flask_app(environ, start_response)
+            except BaseException:
+                done()
+                raise
+            # The count covers writing the body too: the server closes it after the last byte
+            # (PEP 3333), and a streamed download is never held whole in memory.
+            return _CountedBody(body, done)
 
         return app
 
@@ -311,6 +349,8 @@ class Service:
         server.add_url_rule("/metrics", "service_metrics", metrics)
         # GET /api/v1/budgets (per-user API tokens; app/api.py, issue #12)
         register_api(server, self.storage, base_url=self.settings["auth.public_url"])
+        # GET /download/views/<name> (analysts' view exports; app/downloads.py, issue #14)
+        register_downloads(server, self.storage, timeout_s=self.settings["exports.timeout_s"])
         server.after_request(self._security_headers)
 
     def _security_headers(self, resp: flask.Response) -> flask.Response:
