@@ -426,3 +426,33 @@ capacity_plan_changes = sa.Table(
     sa.Column("action", sa.String, nullable=False),
     sa.Column("detail", sa.String),
 )
+
+
+# ---------------------------------------------------------------- SQL console (0018, #14)
+# Saved queries (shared by link through share_id) and each user's history (ledger/console.py).
+
+console_queries = sa.Table(
+    "console_queries",
+    metadata,
+    _serial("query_id", "console_query_ids"),
+    sa.Column("owner", sa.String, nullable=False),
+    sa.Column("name", sa.String, nullable=False),
+    sa.Column("sql", sa.String, nullable=False),
+    sa.Column("share_id", sa.String, nullable=False, unique=True),
+    _when("created_at", default_now=True),
+    _when("updated_at", default_now=True),
+    sa.UniqueConstraint("owner", "name"),
+)
+
+console_history = sa.Table(
+    "console_history",
+    metadata,
+    _serial("run_id", "console_history_ids"),
+    sa.Column("user_name", sa.String, nullable=False),
+    _when("ran_at", default_now=True),
+    sa.Column("sql", sa.String, nullable=False),
+    sa.Column("outcome", sa.String, nullable=False),
+    sa.Column("rows", sa.BigInteger, nullable=False, server_default=sa.text("0")),
+    sa.Column("elapsed_ms", sa.Float, nullable=False, server_default=sa.text("0")),
+    sa.Column("reason", sa.String),
+)

@@ -420,6 +420,8 @@ def test_every_page_role_is_enforced(secured: LiveService) -> None:
     assert ("/admin/users", "admin") in checked
     if any(p == "/requests" for p, _ in checked):
         assert ("/requests", "analyst") in checked
+    assert ("/sql", "analyst") in checked  # the SQL console (issue #14)
+    assert ("/views", "analyst") in checked  # the view catalog (issue #14)
 
 
 def _hrefs(node: Any) -> set[str]:

@@ -106,3 +106,17 @@ def test_a_cached_statement_shape_takes_each_statements_own_values() -> None:
     for names in (["a"], ["a", "b", "c"], ["b", "c"]):
         sql, params = compile_statement(sa.select(users.c.name).where(users.c.name.in_(names)))
         assert sql.count("?") == len(names) and params == names
+
+
+def test_console_saved_queries_are_unique_per_owner_and_share_id(storage) -> None:
+    """Migration 0018 (issue #14): a saved query's name is unique per owner, its share id
+    unique overall; both are what ledger/console.py relies on."""
+    t = schema.console_queries
+    row = {"owner": "ann", "name": "q", "sql": "select 1", "share_id": "s" * 22}
+    storage.write(lambda tx: tx.run(sa.insert(t).values(**row)))
+    for clash in ({"share_id": "t" * 22}, {"owner": "bob", "name": "other"}):
+        with pytest.raises(ConstraintError):
+            storage.write(lambda tx, c=clash: tx.run(sa.insert(t).values(**{**row, **c})))
+    other = {**row, "owner": "bob", "share_id": "u" * 22}
+    storage.write(lambda tx: tx.run(sa.insert(t).values(**other)))
+    assert storage.select(sa.select(sa.func.count()).select_from(t)) == [(2,)]

@@ -491,6 +491,64 @@ CORE_SETTINGS: tuple[Setting, ...] = (
         "Client secret from the OIDC provider; empty for a public client (PKCE only).",
         _text,
     ),
+    # The SQL console (issue #14; ledger/console.py, docs/sql-console.md).
+    Setting(
+        "console.timeout_s",
+        10.0,
+        "Seconds one SQL console query may run; it is interrupted then, and its worker "
+        "killed and replaced if it does not stop a few seconds later.",
+        _float_range(0.1, 600),
+    ),
+    Setting(
+        "console.max_rows",
+        10_000,
+        "Rows a console result holds at most (and so its downloads); the result says when "
+        "it was cut.",
+        _int_range(1, 1_000_000),
+    ),
+    Setting(
+        "console.max_result_mb",
+        32,
+        "MiB of Arrow data a console result holds at most.",
+        _int_range(1, 1024),
+    ),
+    Setting(
+        "console.memory_limit",
+        "512MB",
+        "DuckDB memory_limit of each console worker process (nothing spills to disk).",
+        _text,
+    ),
+    Setting(
+        "console.workers",
+        2,
+        "Console worker processes: queries run one per worker at a time, the rest queue.",
+        _int_range(1, 16),
+    ),
+    Setting(
+        "console.queue_wait_s",
+        30.0,
+        "Seconds a console query waits for a free worker before it is refused as busy.",
+        _float_range(0.1, 600),
+    ),
+    Setting(
+        "console.snapshot_max_age_s",
+        300.0,
+        "Seconds after which the console's snapshot of the analyst views is rebuilt "
+        "(in the background, at the next query).",
+        _float_range(1, 86_400),
+    ),
+    Setting(
+        "console.snapshot_path",
+        "",
+        "The console's snapshot file (default: the database path + .snapshot.duckdb).",
+        _text,
+    ),
+    Setting(
+        "console.history_size",
+        100,
+        "Console queries kept in each user's history.",
+        _int_range(1, 10_000),
+    ),
     Setting(
         "log_level",
         "info",
