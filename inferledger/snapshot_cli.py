@@ -26,8 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="write the analyst views as a standalone DuckDB file (one consistent moment)",
         description="Write every analyst view as a table of a new DuckDB file that any DuckDB, "
         "notebook or BI tool opens. All views are read in one transaction, so they agree; the "
-        "file appears only when complete. --from/--to keep rows whose time column (start_time, "
-        "hour, day or interval_start) lies in [FROM, TO); views without one are copied whole.",
+        "file appears only when complete. --from/--to keep rows whose time column (the view "
+        "catalog's, docs/views.md) lies in [FROM, TO); views without one are copied whole.",
     )
     parser.add_argument(
         "--config", metavar="FILE", help="YAML config file (default: $INFERLEDGER_CONFIG)"
