@@ -1,6 +1,8 @@
 """``GET /download/views/<name>?from=<ISO>&to=<ISO>&format=csv|parquet|jsonl``: one analyst view's
 rows over [from, to) as a file attachment, for a signed-in analyst or admin (issue #14;
-docs/exports.md). The view catalog links here.
+docs/exports.md). The view catalog links here. ``GET /download/focus?version=1.2|1.3&from=&to=
+&format=csv|parquet``: the FOCUS cost export of those hours (ledger/focus.py, docs/focus.md),
+for the same roles, while the server holds the database (the CLI cannot then open it).
 
 Sign-in: the guard (app/auth/guard.py) sends a signed-out browser to /login?next=... (this is a
 page-like GET); this route then needs the analyst role: a viewer gets 403. While sign-in is off
@@ -20,7 +22,7 @@ import logging
 import os
 import tempfile
 import threading
-from datetime import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO
 
 import flask
@@ -31,6 +33,7 @@ from inferledger.core.errors import BadInputError, InferLedgerError, QueryTimeou
 from inferledger.core.times import parse_utc
 from ledger import exports
 from ledger.catalog import ANALYST_VIEWS
+from ledger.focus import FOCUS_FORMATS, FOCUS_VERSIONS, export_focus
 from ledger.users import Role
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("app.downloads")
 
 PATH = "/download/views/<name>"
+FOCUS_PATH = "/download/focus"
 _ENDPOINT = "download_view"
 MAX_CONCURRENT = 2
 
@@ -51,6 +55,14 @@ def download_url(view: str, fmt: str, start: str | None = None, end: str | None 
     return f"/download/views/{view}?{urlencode(query)}"
 
 
+def focus_url(version: str, fmt: str, start: str, end: str) -> str:
+    """The URL of a FOCUS export's download (what the Views page links to)."""
+    from urllib.parse import urlencode
+
+    query = {"version": version, "from": start, "to": end, "format": fmt}
+    return f"{FOCUS_PATH}?{urlencode(query)}"
+
+
 def _text(status: int, message: str, **headers: str) -> flask.Response:
     return flask.Response(
         message + "\n",
@@ -61,21 +73,51 @@ def _text(status: int, message: str, **headers: str) -> flask.Response:
 
 
 def register_downloads(server: flask.Flask, storage: Storage, *, timeout_s: float) -> None:
-    """Add the download route to the Flask server (once; a second call is a no-op)."""
+    """Add the download routes to the Flask server (once; a second call is a no-op)."""
     if _ENDPOINT in server.view_functions:
         return
     slots = threading.BoundedSemaphore(MAX_CONCURRENT)
 
-    def download(name: str) -> flask.Response:
+    def refused(what: str) -> flask.Response | None:
+        """401/403 for a signed-out user or one below analyst (sign-in on); None to go on."""
         user = current_user()
-        if enabled():
-            if user is None:
-                return _text(401, "Sign in first.")
-            if not user.role.allows(Role.ANALYST):
-                log.warning(
-                    "refused download of %r for %s (%s)", name[:80], user.name, user.role.value
-                )
-                return _text(403, forbidden_message(user, Role.ANALYST, "Downloading a view"))
+        if not enabled():
+            return None
+        if user is None:
+            return _text(401, "Sign in first.")
+        if not user.role.allows(Role.ANALYST):
+            log.warning("refused download of %r for %s (%s)", what, user.name, user.role.value)
+            return _text(403, forbidden_message(user, Role.ANALYST, "Downloading an export"))
+        return None
+
+    def send(write: Callable[[str], object], fmt: str, mimetype: str, name: str) -> flask.Response:
+        """Run `write(path)` into a temporary file (one of MAX_CONCURRENT at a time) and send
+        the file as an attachment named `name`; 503/504/500 as one line when it cannot."""
+        if not slots.acquire(blocking=False):
+            return _text(
+                503, "Other downloads are running; try again in a minute.", **{"Retry-After": "30"}
+            )
+        try:
+            handle = _to_unlinked_file(write, fmt)
+        except QueryTimeoutError as exc:
+            return _text(504, f"The export took too long and was stopped: {exc}")
+        except (InferLedgerError, OSError) as exc:
+            log.error("download of %s failed: %s", name, one_line(exc))
+            return _text(500, f"The export failed: {one_line(exc)}")
+        finally:
+            slots.release()
+        user = current_user()
+        log.info("%s downloaded %s", user.name if user else "-", name)
+        resp = flask.send_file(
+            handle, mimetype=mimetype, as_attachment=True, download_name=name, max_age=0
+        )
+        resp.headers["Cache-Control"] = "no-store"
+        return resp
+
+    def download(name: str) -> flask.Response:
+        refusal = refused(name[:80])
+        if refusal is not None:
+            return refusal
         args = flask.request.args
         try:
             exports.check_view(name)
@@ -86,52 +128,57 @@ def register_downloads(server: flask.Flask, storage: Storage, *, timeout_s: floa
         except BadInputError as exc:
             status = 404 if name not in ANALYST_VIEWS else 400
             return _text(status, str(exc))
-        if not slots.acquire(blocking=False):
-            return _text(
-                503, "Other downloads are running; try again in a minute.", **{"Retry-After": "30"}
-            )
-        try:
-            handle = _export_to_unlinked_file(storage, name, fmt, start, end, timeout_s)
-        except QueryTimeoutError as exc:
-            return _text(504, f"The export took too long and was stopped: {exc}")
-        except (InferLedgerError, OSError) as exc:
-            log.error("download of %s failed: %s", name, one_line(exc))
-            return _text(500, f"The export failed: {one_line(exc)}")
-        finally:
-            slots.release()
-        log.info(
-            "%s downloaded %s (%s) from %s to %s",
-            user.name if user else "-", name, fmt,
-            start.isoformat() if start else "the start", end.isoformat() if end else "now",
-        )  # fmt: skip
-        resp = flask.send_file(
-            handle,
-            mimetype=exports.MEDIA_TYPES[fmt],
-            as_attachment=True,
-            download_name=exports.file_name(name, fmt, start, end),
-            max_age=0,
+        return send(
+            lambda path: exports.export_view(
+                storage, name, fmt, path, start, end, overwrite=True, timeout_s=timeout_s
+            ),
+            fmt,
+            exports.MEDIA_TYPES[fmt],
+            exports.file_name(name, fmt, start, end),
         )
-        resp.headers["Cache-Control"] = "no-store"
-        return resp
+
+    def download_focus() -> flask.Response:
+        refusal = refused("focus")
+        if refusal is not None:
+            return refusal
+        args = flask.request.args
+        version, fmt = args.get("version", "1.3"), args.get("format", "csv")
+        try:
+            if version not in FOCUS_VERSIONS:
+                raise BadInputError(
+                    f"unknown FOCUS version {version[:20]!r} (one of {', '.join(FOCUS_VERSIONS)})"
+                )
+            if fmt not in FOCUS_FORMATS:
+                raise BadInputError(
+                    f"unknown format {fmt[:20]!r} (one of {', '.join(FOCUS_FORMATS)})"
+                )
+            if not args.get("from") or not args.get("to"):
+                raise BadInputError("give from and to (ISO 8601; the hours starting in [from, to))")
+            start, end = parse_utc(args["from"], "from"), parse_utc(args["to"], "to")
+            if end <= start:
+                raise BadInputError(
+                    f"to ({args['to'][:40]}) must be after from ({args['from'][:40]})"
+                )
+        except BadInputError as exc:
+            return _text(400, str(exc))
+        return send(
+            lambda path: export_focus(storage, version, start, end, path, fmt),
+            fmt,
+            exports.MEDIA_TYPES[fmt],
+            f"inferledger-focus-{version}_{start:%Y-%m-%dT%H%M}_{end:%Y-%m-%dT%H%M}.{fmt}",
+        )
 
     server.add_url_rule(PATH, _ENDPOINT, download, methods=["GET"])
+    server.add_url_rule(FOCUS_PATH, "download_focus", download_focus, methods=["GET"])
 
 
-def _export_to_unlinked_file(
-    storage: Storage,
-    view: str,
-    fmt: str,
-    start: datetime | None,
-    end: datetime | None,
-    timeout_s: float,
-) -> BinaryIO:
-    """Export to a temporary file and return it opened for reading, already unlinked."""
+def _to_unlinked_file(write: Callable[[str], object], fmt: str) -> BinaryIO:
+    """Run `write(path)` into a temporary file and return it opened for reading, already
+    unlinked (nothing is left behind whatever happens next)."""
     folder = tempfile.mkdtemp(prefix="inferledger-download-")
     path = os.path.join(folder, f"export.{fmt}")
     try:
-        exports.export_view(
-            storage, view, fmt, path, start, end, overwrite=True, timeout_s=timeout_s
-        )
+        write(path)
         return open(path, "rb")  # the response closes it
     finally:
         with contextlib.suppress(OSError):

@@ -3,8 +3,8 @@
 Writes the charges of the whole hours starting in [--from, --to) as CSV or Parquet (docs/focus.md):
 token meters of hosted models, GPU-hours of self-hosted replicas split across apps and teams,
 services and review, each with its unit price from the price book. The file is written whole or
-not at all. DuckDB lets one process open the database, so stop `inferledger serve` first (the
-console's snapshot holds the analyst views, not the marts this export reads).
+not at all. DuckDB lets one process open the database, so stop `inferledger serve` first, or
+download the same export from it (GET /download/focus, app/downloads.py).
 """
 
 from __future__ import annotations

@@ -42,6 +42,15 @@ def test_an_analyst_sees_views_and_download_links(secured: LiveService, tab: Any
     # the link downloads (app/downloads.py) with the analyst's session
     got = page.request.get(secured.url + csv_link.get_attribute("href"))
     assert got.status == 200 and got.text().splitlines()[0].startswith("hour,idle_policy,")
+    # the FOCUS export follows the same days (app/downloads.py's /download/focus)
+    focus = page.get_by_role("link", name="FOCUS 1.3 Parquet")
+    expect(focus).to_have_attribute(
+        "href",
+        "/download/focus?version=1.3&from=2026-11-01T00%3A00%3A00Z"
+        "&to=2026-11-03T00%3A00%3A00Z&format=parquet",
+    )
+    got = page.request.get(secured.url + focus.get_attribute("href"))
+    assert got.status == 200 and got.body()[:4] == b"PAR1"
     # a view without a time column links every row, whatever the days
     replicas_view = page.locator("#views-view-deployment_replicas")
     replicas_view.locator("summary").click()

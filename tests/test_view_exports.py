@@ -23,6 +23,8 @@ from inferledger.core.times import parse_utc
 from inferledger.ledger_fixtures import S, SpanSet, store_scrapes
 from ledger import exports, users
 from ledger.catalog import ANALYST_VIEWS
+from ledger.focus import focus_table
+from models.deployment_config import Deployment
 from tests.conftest import ROOT
 
 #: The fixture ledger: 30 requests, one every 340 s from 22:05 UTC, over three hours that
@@ -33,6 +35,7 @@ EVERY_S = 340
 FROM = BASE + timedelta(hours=1)  # 23:00
 TO = BASE + timedelta(hours=2, minutes=30)  # 00:30 the next day
 ISO_FROM, ISO_TO = "2026-11-20T23:00:00Z", "2026-11-21T00:30:00Z"
+DEPLOYMENT = Deployment("dep", model="m", gpu_type="H200", gpus_per_replica=1)
 
 
 def build_ledger(path: Path) -> Path:
@@ -40,13 +43,12 @@ def build_ledger(path: Path) -> Path:
     from ledger.deployments import sync_configured
     from ledger.marts import Refresher
     from ledger.price_book import set_price
-    from models.deployment_config import Deployment
 
     base_ns = int(BASE.timestamp()) * S
     with Storage(path, read_timeout_s=60) as st:
         set_price(st, "gpu", "H200", "gpu_hour", 3.60, "2026-01-01", changed_by="fixture",
                   source="cli")  # fmt: skip
-        sync_configured(st, [Deployment("dep", model="m", gpu_type="H200", gpus_per_replica=1)])
+        sync_configured(st, [DEPLOYMENT])
         store_scrapes(st, "r0", "dep", base_ns, [60 * i for i in range(181)])
         spans = SpanSet(base_ns)
         for i in range(REQUESTS):
@@ -275,7 +277,9 @@ def _signed_in(url: str, name: str) -> requests.Session:
 
 @pytest.mark.slow
 def test_download_route_for_analysts_only(db_copy: Path, live_factory) -> None:
-    live = live_factory(auth__enabled=True, db=str(db_copy))
+    # the fixture's deployment configured, as it was when the ledger was built: a start
+    # without it would forget its GPU type, and the replica-hours would have no price
+    live = live_factory(auth__enabled=True, db=str(db_copy), deployments=(DEPLOYMENT,))
     storage = live.service.storage
     users.add_user(storage, "ada", "analyst", PASSWORDS["ada"], by="test")
     users.add_user(storage, "vic", "viewer", PASSWORDS["vic"], by="test")
@@ -306,9 +310,32 @@ def test_download_route_for_analysts_only(db_copy: Path, live_factory) -> None:
     unknown = ada.get(live.url + "/download/views/secrets?format=csv", timeout=10)
     assert unknown.status_code == 404 and "unknown view" in unknown.text
 
+    # the FOCUS export of the same hours, while the server holds the database
+    focus = f"/download/focus?version=1.3&from={ISO_FROM}&to={ISO_TO}&format=parquet"
+    resp = ada.get(live.url + focus, timeout=60)
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["Content-Disposition"] == (
+        "attachment; filename=inferledger-focus-1.3_2026-11-20T2300_2026-11-21T0030.parquet"
+    )
+    charges = pl.read_parquet(resp.content)
+    want_focus = focus_table(storage, "1.3", FROM, TO)
+    assert charges.height == want_focus.num_rows > 0
+    assert float(charges["BilledCost"].sum()) == pytest.approx(
+        float(pl.from_arrow(want_focus)["BilledCost"].sum()), abs=1e-9
+    )
+    for query, message in (
+        ("?version=9&from=2026-11-20&to=2026-11-21", "unknown FOCUS version"),
+        ("?version=1.2&format=jsonl&from=2026-11-20&to=2026-11-21", "unknown format"),
+        ("?version=1.2", "give from and to"),
+        ("?from=2026-11-21&to=2026-11-20", "must be after"),
+    ):
+        bad = ada.get(live.url + "/download/focus" + query, timeout=10)
+        assert bad.status_code == 400 and message in bad.text, (query, bad.text)
+
     vic = _signed_in(live.url, "vic")
     refused = vic.get(live.url + path, timeout=10)
     assert refused.status_code == 403 and "analyst role" in refused.text
+    assert vic.get(live.url + focus, timeout=10).status_code == 403
 
     anonymous = requests.get(live.url + path, allow_redirects=False, timeout=10)
     assert anonymous.status_code == 302

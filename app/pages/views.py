@@ -20,7 +20,7 @@ from dash import ALL, Input, Output, callback, ctx, dcc, html
 
 from app import context
 from app.components import ids
-from app.downloads import download_url
+from app.downloads import download_url, focus_url
 from ledger.catalog import Column, ViewDoc, load_catalog, view_columns
 
 dash.register_page(
@@ -38,6 +38,13 @@ FORMATS = {"csv": "CSV", "parquet": "Parquet", "jsonl": "JSON Lines"}
 #: Days the range covers when the page opens: the last DEFAULT_DAYS whole UTC days and today.
 DEFAULT_DAYS = 7
 LINK = {"type": ID("download"), "view": ALL, "format": ALL}
+#: The FOCUS cost exports linked beside the views: (link key, FOCUS version, format, text).
+FOCUS_LINKS = (
+    ("focus-1.3", "1.3", "csv", "FOCUS 1.3 CSV"),
+    ("focus-1.3", "1.3", "parquet", "FOCUS 1.3 Parquet"),
+    ("focus-1.2", "1.2", "csv", "FOCUS 1.2 CSV"),
+    ("focus-1.2", "1.2", "parquet", "FOCUS 1.2 Parquet"),
+)
 _MD_LINK = re.compile(r"\[([^\]]+)\]\([^)]+\)")
 
 
@@ -140,6 +147,31 @@ def _downloads(doc: ViewDoc, start: datetime, end: datetime) -> html.Div:
     )
 
 
+def _focus_card(start: datetime, end: datetime) -> html.Div:
+    links = [
+        html.A(
+            text,
+            id={"type": ID("download"), "view": key, "format": fmt},
+            href=focus_url(version, fmt, _iso(start), _iso(end)),
+            className="admin-button views-download",
+        )
+        for key, version, fmt, text in FOCUS_LINKS
+    ]
+    return html.Div(
+        [
+            html.H2("FOCUS cost export"),
+            html.P(
+                "The spend of the whole hours in the days picked as a FinOps FOCUS file: token "
+                "meters of hosted models, GPU-hours of self-hosted replicas split across apps "
+                "and teams (1.3: Allocated* columns), services and review (docs/focus.md).",
+                className="admin-intro",
+            ),
+            html.Div([html.Span("Download: ", className="admin-label"), *links]),
+        ],
+        className="admin-card views-focus",
+    )
+
+
 def _view(doc: ViewDoc, columns: list[Column], start: datetime, end: datetime) -> html.Details:
     time = doc.time_column or "none"
     return html.Details(
@@ -216,6 +248,7 @@ def layout(**_kwargs: object) -> html.Div:
                 ],
                 className="views-range",
             ),
+            _focus_card(start, end),
             *sections,
         ],
         className="views-page",
@@ -234,9 +267,15 @@ def update_links(first: str | None, last: str | None) -> tuple[list[str | None],
     span = day_range(first, last)
     timed = {doc.name: doc.time_column is not None for doc in load_catalog().views}
     hrefs: list[str | None] = []
+    focus = {(key, fmt): version for key, version, fmt, _ in FOCUS_LINKS}
     for out in ctx.outputs_list[0]:
         name, fmt = out["id"]["view"], out["id"]["format"]
-        if not timed.get(name):
+        if (name, fmt) in focus:
+            if isinstance(span, str):
+                hrefs.append(None)
+            else:
+                hrefs.append(focus_url(focus[name, fmt], fmt, _iso(span[0]), _iso(span[1])))
+        elif not timed.get(name):
             hrefs.append(download_href(name, fmt, None, None))
         elif isinstance(span, str):
             hrefs.append(None)
