@@ -4,10 +4,13 @@ open the page. A real service with sign-in on; the console's real worker process
 
 from __future__ import annotations
 
+import pytest
 import requests
 
 from ledger import users
 from tests.conftest import sign_in
+
+pytestmark = pytest.mark.browser
 
 ANALYST = ("ana", "ana-analyst-password")
 VIEWER = ("vic", "vic-viewer-password")
@@ -20,12 +23,22 @@ def _service(live_factory):
     return live
 
 
+_MESSAGE = (
+    "() => { const m = document.getElementById('sql-message'); return m ? m.textContent : ''; }"
+)
+
+
 def _run(page, sql: str) -> str:
+    """Run `sql` from the page and return the message of its answer (not the previous one's:
+    the message must change and the Run button be enabled again)."""
+    before = page.evaluate(_MESSAGE)
     page.fill("#sql-editor", sql)
     page.click("#sql-run")
     page.wait_for_function(
-        "() => { const m = document.getElementById('sql-message');"
-        " return m && m.textContent.trim() && !document.getElementById('sql-run').disabled; }"
+        "(before) => { const m = document.getElementById('sql-message');"
+        " return m && m.textContent.trim() && m.textContent !== before"
+        " && !document.getElementById('sql-run').disabled; }",
+        arg=before,
     )
     return page.inner_text("#sql-message")
 
