@@ -3,6 +3,9 @@ rows over [from, to) as a file attachment, for a signed-in analyst or admin (iss
 docs/exports.md). The view catalog links here. ``GET /download/focus?version=1.2|1.3&from=&to=
 &format=csv|parquet``: the FOCUS cost export of those hours (ledger/focus.py, docs/focus.md),
 for the same roles, while the server holds the database (the CLI cannot then open it).
+``GET /download/snapshot``: every analyst view as a table of a standalone DuckDB file, read in
+one transaction (ledger/snapshot.py, docs/sql-console.md), for an analyst's own DuckDB, notebook
+or BI tool while the service runs.
 
 Sign-in: the guard (app/auth/guard.py) sends a signed-out browser to /login?next=... (this is a
 page-like GET); this route then needs the analyst role: a viewer gets 403. While sign-in is off
@@ -23,6 +26,7 @@ import os
 import tempfile
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, BinaryIO
 
 import flask
@@ -34,6 +38,7 @@ from inferledger.core.times import parse_utc
 from ledger import exports
 from ledger.catalog import ANALYST_VIEWS
 from ledger.focus import FOCUS_FORMATS, FOCUS_VERSIONS, export_focus
+from ledger.snapshot import build_snapshot
 from ledger.users import Role
 
 if TYPE_CHECKING:
@@ -43,6 +48,7 @@ log = logging.getLogger("app.downloads")
 
 PATH = "/download/views/<name>"
 FOCUS_PATH = "/download/focus"
+SNAPSHOT_PATH = "/download/snapshot"
 _ENDPOINT = "download_view"
 MAX_CONCURRENT = 2
 
@@ -168,7 +174,21 @@ def register_downloads(server: flask.Flask, storage: Storage, *, timeout_s: floa
             f"inferledger-focus-{version}_{start:%Y-%m-%dT%H%M}_{end:%Y-%m-%dT%H%M}.{fmt}",
         )
 
+    def download_snapshot() -> flask.Response:
+        refusal = refused("snapshot")
+        if refusal is not None:
+            return refusal
+        if flask.request.args:
+            return _text(400, "the snapshot takes no parameters: it holds every analyst view whole")
+        return send(
+            lambda path: build_snapshot(storage, path, timeout_s=timeout_s),
+            "duckdb",
+            "application/octet-stream",
+            f"inferledger-views_{datetime.now(UTC):%Y-%m-%dT%H%M}.duckdb",
+        )
+
     server.add_url_rule(PATH, _ENDPOINT, download, methods=["GET"])
+    server.add_url_rule(SNAPSHOT_PATH, "download_snapshot", download_snapshot, methods=["GET"])
     server.add_url_rule(FOCUS_PATH, "download_focus", download_focus, methods=["GET"])
 
 

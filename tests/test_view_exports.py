@@ -12,6 +12,7 @@ import sys
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
+import duckdb
 import polars as pl
 import pyarrow.parquet as pq
 import pytest
@@ -276,7 +277,7 @@ def _signed_in(url: str, name: str) -> requests.Session:
 
 
 @pytest.mark.slow
-def test_download_route_for_analysts_only(db_copy: Path, live_factory) -> None:
+def test_download_route_for_analysts_only(db_copy: Path, live_factory, tmp_path: Path) -> None:
     # the fixture's deployment configured, as it was when the ledger was built: a start
     # without it would forget its GPU type, and the replica-hours would have no price
     live = live_factory(auth__enabled=True, db=str(db_copy), deployments=(DEPLOYMENT,))
@@ -332,10 +333,24 @@ def test_download_route_for_analysts_only(db_copy: Path, live_factory) -> None:
         bad = ada.get(live.url + "/download/focus" + query, timeout=10)
         assert bad.status_code == 400 and message in bad.text, (query, bad.text)
 
+    # every view as one DuckDB file, read in one transaction while the server runs
+    snap = ada.get(live.url + "/download/snapshot", timeout=120)
+    assert snap.status_code == 200, snap.text
+    assert snap.headers["Content-Disposition"].startswith("attachment; filename=inferledger-views_")
+    (tmp_path / "views.duckdb").write_bytes(snap.content)
+    with duckdb.connect(str(tmp_path / "views.duckdb"), read_only=True) as con:
+        tables = {r[0] for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+        assert set(ANALYST_VIEWS) <= tables
+        got_rows = con.execute("select count(*) from request_costs").fetchone()
+    assert got_rows == (storage.scalar("select count(*) from request_costs"),)
+    bad = ada.get(live.url + "/download/snapshot?views=all", timeout=10)
+    assert bad.status_code == 400 and "no parameters" in bad.text
+
     vic = _signed_in(live.url, "vic")
     refused = vic.get(live.url + path, timeout=10)
     assert refused.status_code == 403 and "analyst role" in refused.text
     assert vic.get(live.url + focus, timeout=10).status_code == 403
+    assert vic.get(live.url + "/download/snapshot", timeout=10).status_code == 403
 
     anonymous = requests.get(live.url + path, allow_redirects=False, timeout=10)
     assert anonymous.status_code == 302

@@ -235,8 +235,10 @@ def layout(**_kwargs: object) -> html.Div:
                     html.Code("GET /api/v1/views/NAME"),
                     " and an API token (",
                     html.A("your tokens", href="/account"),
-                    "), or download them below. Money is in the price book's currency; "
-                    "times are UTC. The same catalog is docs/views.md.",
+                    "), or download them below, or all of them at one moment as a DuckDB file: ",
+                    html.A("every view (.duckdb)", href="/download/snapshot", id=ID("snapshot")),
+                    ". Money is in the price book's currency; times are UTC. The same "
+                    "catalog is docs/views.md.",
                 ],
                 className="admin-intro",
             ),

@@ -567,7 +567,7 @@ class Storage:
             pairs = (f"{quote_ident(k)}: {_sql_text(v)}" for k, v in sorted(metadata.items()))
             options.append(f"KV_METADATA {{{', '.join(pairs)}}}")
         try:
-            fd, tmp = tempfile.mkstemp(f".{target.name}.", ".tmp", dir=target.parent)
+            fd, tmp = tempfile.mkstemp(suffix=".tmp", prefix=f".{target.name}.", dir=target.parent)
             os.close(fd)
         except OSError as exc:
             raise StorageError(f"cannot write in {str(target.parent)!r}: {exc.strerror}") from None
