@@ -13,7 +13,6 @@ compete with ingest for the same core (the worst case), held back only by their 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -96,39 +95,13 @@ def console_query(session: requests.Session, url: str, sql: str, clicks: int) ->
 
 
 def start_server(db: Path, port: int, core: int, timeout_s: float) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "inferledger.cli",
-            "serve",
-            "--db",
-            str(db),
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        cwd=ROOT,
-        env={
-            **{k: v for k, v in os.environ.items() if not k.startswith("INFERLEDGER_")},
-            "INFERLEDGER_STORAGE_THREADS": "1",
-            "INFERLEDGER_STORAGE_CHECKPOINT_THRESHOLD": "32MB",
-            "INFERLEDGER_AUTH_ENABLED": "false",
-            "INFERLEDGER_CONSOLE_TIMEOUT_S": str(timeout_s),
-            "INFERLEDGER_CONSOLE_WORKERS": "2",
-        },
-        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
-    )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).ok:
-                return proc
-        except requests.RequestException:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("server did not become ready")
+    """bench/ingest.py's server, sign-in off and the console's limits set."""
+    console = {
+        "INFERLEDGER_AUTH_ENABLED": "false",
+        "INFERLEDGER_CONSOLE_TIMEOUT_S": str(timeout_s),
+        "INFERLEDGER_CONSOLE_WORKERS": "2",
+    }
+    return _INGEST.start_server(db, port, core, console)
 
 
 def main() -> None:

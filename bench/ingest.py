@@ -119,7 +119,10 @@ def send_all(url: str, bodies: list[bytes], content_type: str, concurrency: int)
     return elapsed
 
 
-def start_server(db: Path, port: int, core: int) -> subprocess.Popen[bytes]:
+def start_server(
+    db: Path, port: int, core: int, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`inferledger serve` on one core, ready; `env` adds settings (INFERLEDGER_...)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -141,15 +144,16 @@ def start_server(db: Path, port: int, core: int) -> subprocess.Popen[bytes]:
             # Checkpoint often enough that the run pays for its checkpoints (steady state)
             # instead of leaving them all in the WAL for later.
             "INFERLEDGER_STORAGE_CHECKPOINT_THRESHOLD": "32MB",
+            **(env or {}),
         },
         preexec_fn=lambda: os.sched_setaffinity(0, {core}),
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
-            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).ok:
+            if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=5).ok:
                 return proc
-        except requests.ConnectionError:
+        except requests.RequestException:
             time.sleep(0.1)
     proc.kill()
     raise SystemExit("server did not become ready")
