@@ -14,14 +14,12 @@ open the file). Errors print one line and exit 2 (inferledger/cli.py's report_er
 from __future__ import annotations
 
 import argparse
-import os
 from datetime import UTC, datetime
 from typing import Any
 
-from inferledger.cli_text import cli_user, format_rows, utc_minute
+from inferledger.cli_text import cli_user, command_settings, format_rows, utc_minute
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, open_for_command
-from inferledger.settings import load_settings
 from ledger import api_tokens
 from ledger.alerts_file import read_alerts_file, sync_alerts_file
 from ledger.budget_status import BudgetStatus, budget_status, budget_statuses
@@ -83,8 +81,7 @@ def add_parser(subparsers: Any) -> None:
 
 
 def _open(args: argparse.Namespace) -> Storage:
-    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
-    return open_for_command(load_settings(config, {"db": args.db}), must_exist=True)
+    return open_for_command(command_settings(args), must_exist=True)
 
 
 def _at(text: str | None) -> datetime:

@@ -1,11 +1,36 @@
-"""What the admin commands (users, prices, budgets and alerts, plan) share when they print:
+"""What the commands that open the ledger (users, prices, budgets and alerts, plan, the analysts'
+exports) share: the --db and --config flags and the settings they make, and when they print,
 an aligned text table, a UTC time to the minute, and who is running the command."""
 
 from __future__ import annotations
 
+import argparse
 import getpass
+import os
 from collections.abc import Collection
 from datetime import UTC, datetime
+
+from inferledger.core.settings import Settings
+from inferledger.settings import load_settings
+
+
+def add_ledger_flags(parser: argparse.ArgumentParser) -> None:
+    """--db PATH and --config FILE, read by :func:`command_settings`."""
+    parser.add_argument(
+        "--db", metavar="PATH", help="DuckDB database file [default: the db setting]"
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        help="YAML config file (default: $INFERLEDGER_CONFIG when set)",
+    )
+
+
+def command_settings(args: argparse.Namespace) -> Settings:
+    """The settings a command runs with: --config FILE, else $INFERLEDGER_CONFIG when set, and
+    --db over the db setting."""
+    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
+    return load_settings(config, {"db": args.db})
 
 
 def login_name() -> str | None:

@@ -18,6 +18,8 @@ import os
 import time
 from typing import Any
 
+from inferledger.cli_text import add_ledger_flags, command_settings
+
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `export` to the CLI's subparsers."""
@@ -50,14 +52,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         action="store_true",
         help="CSV only: '#' comment lines (view, range, rows) above the header row",
     )
-    parser.add_argument(
-        "--db", metavar="PATH", help="DuckDB database file [default: the db setting]"
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML config file (default: $INFERLEDGER_CONFIG when set)",
-    )
+    add_ledger_flags(parser)
     return parser
 
 
@@ -65,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
     from inferledger.core.errors import BadInputError
     from inferledger.core.storage import open_for_command
     from inferledger.core.times import parse_utc
-    from inferledger.settings import load_settings
     from ledger import exports
     from ledger.catalog import ANALYST_VIEWS
 
@@ -89,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
     exports.check_range(args.view, start, end)
     if fmt != "csv" and args.comments:
         raise BadInputError("--comments is for --format csv only")
-    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
-    settings = load_settings(config, {"db": args.db})
+    settings = command_settings(args)
     # The export's own DuckDB memory limit (exports.memory_limit, 512MB): DuckDB keeps what it
     # reads cached up to its limit, and the server's 2GB would make this process 2 GB.
     settings = settings.replace(storage__memory_limit=settings["exports.memory_limit"])

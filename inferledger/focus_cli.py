@@ -10,13 +10,12 @@ download the same export from it (GET /download/focus, app/downloads.py).
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
+from inferledger.cli_text import add_ledger_flags, command_settings
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import open_for_command
 from inferledger.core.times import parse_utc
-from inferledger.settings import load_settings
 from ledger.focus import FOCUS_FORMATS, FOCUS_VERSIONS, export_focus
 
 
@@ -48,14 +47,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
         default=None,
         help="csv or parquet [default: from the file name, else csv]",
     )
-    parser.add_argument(
-        "--db", metavar="PATH", help="DuckDB database file [default: the db setting]"
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML config file (default: $INFERLEDGER_CONFIG when set)",
-    )
+    add_ledger_flags(parser)
     return parser
 
 
@@ -65,8 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if stop <= start:
         raise BadInputError(f"--to ({args.stop}) must be after --from ({args.start})")
     fmt = args.fmt or ("parquet" if str(args.out).lower().endswith(".parquet") else "csv")
-    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
-    settings = load_settings(config, {"db": args.db})
+    settings = command_settings(args)
     storage = open_for_command(settings)
     try:
         done = export_focus(storage, args.focus_version, start, stop, args.out, fmt)

@@ -27,11 +27,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from inferledger.cli_text import cli_user, format_rows
+from inferledger.cli_text import cli_user, command_settings, format_rows
 from inferledger.core.errors import BadInputError
 from inferledger.core.storage import Storage, open_for_command
 from inferledger.core.yaml_files import read_yaml_file
-from inferledger.settings import load_settings
 from ledger.capacity_profile import book_prices
 from models.capacity.candidates import CandidateSpace
 from models.capacity.plan import plan_from_mapping, run_plan
@@ -208,8 +207,7 @@ class _Ledger:
 
     def get(self) -> Storage:
         if self._storage is None:
-            config = self._args.config or os.environ.get("INFERLEDGER_CONFIG")
-            settings = load_settings(config, {"db": self._args.db})
+            settings = command_settings(self._args)
             self._storage = open_for_command(settings, must_exist=True)
         return self._storage
 

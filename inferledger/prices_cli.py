@@ -10,16 +10,14 @@ A database that has never held a price is seeded first (from the `prices.file` s
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from inferledger.cli_text import format_rows, login_name
+from inferledger.cli_text import add_ledger_flags, command_settings, format_rows, login_name
 from inferledger.core.errors import InferLedgerError
 from inferledger.core.settings import Settings
 from inferledger.core.storage import Storage, open_for_command
-from inferledger.settings import load_settings
 from ledger.price_book import (
     ALLOWED_UNITS,
     Price,
@@ -49,14 +47,7 @@ class PricesCommandError(InferLedgerError):
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `prices` and its subcommands to the CLI's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db", metavar="PATH", help="DuckDB database file [default: the db setting]"
-    )
-    common.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML config file (default: $INFERLEDGER_CONFIG when set)",
-    )
+    add_ledger_flags(common)
     parser = subparsers.add_parser(
         "prices",
         help="list, load and change the price book",
@@ -146,7 +137,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = _settings(args)
+    settings = command_settings(args)
     action = args.prices_command
     must_exist = action in ("list", "history")
     handlers: dict[str, Callable[[Storage, argparse.Namespace], None]] = {
@@ -168,11 +159,6 @@ def run(args: argparse.Namespace) -> int:
     finally:
         storage.close()
     return 0
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
-    return load_settings(config, {"db": args.db})
 
 
 def _open(settings: Settings, must_exist: bool) -> Storage:

@@ -15,6 +15,7 @@ import argparse
 from datetime import datetime
 from pathlib import Path
 
+from inferledger.cli_text import command_settings
 from inferledger.core.errors import BadInputError, StorageError
 from inferledger.core.times import parse_utc
 
@@ -43,15 +44,12 @@ def _when(flag: str, text: str | None) -> datetime | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
 
     from inferledger.core.storage import open_for_command
-    from inferledger.settings import load_settings
     from ledger.snapshot import build_snapshot
 
     start, end = _when("--from", args.start), _when("--to", args.end)
-    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
-    settings = load_settings(config, {"db": args.db})
+    settings = command_settings(args)
     out = Path(args.out)
     if out.resolve() == Path(settings["db"]).resolve():
         raise BadInputError("--out is the database itself; name another file")

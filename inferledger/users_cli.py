@@ -11,15 +11,19 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import os
 import sys
 from typing import Any
 
-from inferledger.cli_text import cli_user, format_rows, utc_minute
+from inferledger.cli_text import (
+    add_ledger_flags,
+    cli_user,
+    command_settings,
+    format_rows,
+    utc_minute,
+)
 from inferledger.core.errors import InferLedgerError
 from inferledger.core.settings import Settings
 from inferledger.core.storage import Storage, open_for_command
-from inferledger.settings import load_settings
 from ledger import users
 
 ROLES = "|".join(r.value for r in users.Role)
@@ -32,14 +36,7 @@ class UsersCommandError(InferLedgerError):
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add `users` and its subcommands to the CLI's subparsers."""
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--db", metavar="PATH", help="DuckDB database file [default: the db setting]"
-    )
-    common.add_argument(
-        "--config",
-        metavar="FILE",
-        help="YAML config file (default: $INFERLEDGER_CONFIG when set)",
-    )
+    add_ledger_flags(common)
     password = argparse.ArgumentParser(add_help=False)
     password.add_argument(
         "--password-stdin",
@@ -92,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     name = users.normalize_name(args.name) if hasattr(args, "name") else None
     role = users.parse_role(args.role) if hasattr(args, "role") else None
     password = _password(args, name) if action in ("add", "passwd") else None
-    settings = _settings(args)
+    settings = command_settings(args)
     storage = _open(settings, must_exist=action != "add")
     by = cli_user()
     try:
@@ -139,11 +136,6 @@ def _password(args: argparse.Namespace, name: str | None) -> str:
     if getpass.getpass("The same password again: ") != password:
         raise UsersCommandError("the two passwords differ; nothing was changed")
     return password
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    config = args.config or os.environ.get("INFERLEDGER_CONFIG")
-    return load_settings(config, {"db": args.db})
 
 
 def _open(settings: Settings, must_exist: bool) -> Storage:
