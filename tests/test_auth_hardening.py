@@ -205,7 +205,7 @@ def test_public_url_and_limit_settings_are_checked() -> None:
 
 
 def test_oidc_redirect_uri_comes_from_public_url(live_factory) -> None:
-    from tests.test_auth import FakeProvider
+    from tests.test_auth_oidc import FakeProvider
 
     provider = FakeProvider()
     try:
