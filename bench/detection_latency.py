@@ -147,7 +147,7 @@ def main() -> int:
                 try:
                     if requests.get(url + "/readyz", timeout=1).status_code == 200:
                         break
-                except requests.ConnectionError:
+                except (requests.ConnectionError, requests.Timeout):
                     time.sleep(0.2)
             else:
                 raise SystemExit("server did not start")

@@ -95,7 +95,7 @@ class Server:
                 if requests.get(self.url + "/readyz", timeout=1).ok:
                     threading.Thread(target=self._sample_rss, daemon=True).start()
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 time.sleep(0.1)
         self.proc.kill()
         raise SystemExit(f"server did not become ready; see {self.log}")

@@ -85,7 +85,7 @@ class ServerProcess:
             try:
                 if requests.get(self.url + "/readyz", timeout=1).status_code == 200:
                     return self
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.1)
         raise AssertionError(f"server not ready after {timeout_s}s:\n{self.log()}")

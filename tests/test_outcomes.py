@@ -51,7 +51,7 @@ def shared_live(tmp_path_factory) -> Iterator[LiveService]:
         try:
             if requests.get(url + "/readyz", timeout=1).ok:
                 break
-        except requests.ConnectionError:
+        except (requests.ConnectionError, requests.Timeout):
             time.sleep(0.05)
     yield LiveService(service, thread, url)
     service.request_stop()

@@ -213,7 +213,7 @@ class Prometheus:
             try:
                 if requests.get(self.url + "/-/ready", timeout=2).ok:
                     return
-            except requests.ConnectionError:
+            except (requests.ConnectionError, requests.Timeout):
                 pass
             time.sleep(0.2)
         raise AssertionError("prometheus did not become ready")
