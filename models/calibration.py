@@ -616,8 +616,8 @@ def format_report(result: CalibrationResult) -> str:
         f"{c.launch_sharpness:.1f})",
         f"engine CPU per step: {c.engine_step_cpu_s * 1e6:.0f} µs + {c.engine_seq_cpu_s * 1e6:.1f}"
         f" µs per sequence (beside the forward pass with async scheduling), "
-        f"{c.engine_sync_s * 1e6:.0f} µs on the critical path; all-reduce at "
-        f"{c.allreduce_bw_fraction:.0%} of link bandwidth",
+        f"{c.engine_sync_s * 1e6:.0f} µs on the critical path; tensor-parallel all-reduce "
+        "from published tables per interconnect (models/data/allreduce.yaml), not fitted here",
     ]
     kept = [f.name for f in fields(StepTimeCoefficients) if f.name not in result.fitted]
     if kept:

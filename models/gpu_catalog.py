@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from inferledger.core.errors import BadInputError
+from models.allreduce import PROVENANCES, AllReduceModel, default_allreduce, legacy_allreduce
 
 
 class Precision(StrEnum):
@@ -63,6 +64,38 @@ class Interconnect(StrEnum):
     PCIE = "pcie"
 
 
+# Coefficient families of the per-GPU ladder (docs/simulator-calibration.md, "Per-GPU ladder"):
+# which H200-fitted fractions each scales.
+COEFFICIENT_FAMILIES: Mapping[str, tuple[str, ...]] = {
+    "linear_compute": ("linear_bf16_flops_fraction", "linear_fp8_flops_fraction"),
+    "attention_compute": ("attn_prefill_flops_fraction",),
+    "memory_bandwidth": (
+        "linear_bf16_bw_fraction",
+        "linear_fp8_bw_fraction",
+        "attn_decode_bw_fraction",
+        "elementwise_bw_fraction",
+    ),
+    "kernel_overheads": ("graph_kernel_gap_s", "step_launch_s"),
+}
+_EXTRAPOLATED_SOURCE = (
+    "spec-sheet ratio: the H200 measurement's fraction applied to this GPU's peak"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CoefficientRung:
+    """Where one family of a GPU's step-model coefficients comes from: ``measured`` (fitted on
+    this GPU's timings), ``published`` (someone's achieved-vs-peak figure for this GPU, cited;
+    ``scale`` multiplies the H200's fraction by published ratio), ``extrapolated`` (the H200's
+    fraction applied to this GPU's spec-sheet peak) or ``assumed``."""
+
+    family: str
+    provenance: str
+    scale: float = 1.0
+    fp8_scale: float | None = None  # linear_compute only: fp8 GEMMs' own ratio
+    source: str = _EXTRAPOLATED_SOURCE
+
+
 @dataclass(frozen=True, slots=True)
 class GpuSpec:
     """One GPU model. Dense (non-sparse) datasheet figures in SI units."""
@@ -75,10 +108,30 @@ class GpuSpec:
     fp8_flops: float | None  # dense FLOP/s; None where the GPU has no fp8 tensor cores
     interconnect: Interconnect
     interconnect_bandwidth: float  # bytes/s per GPU, both directions together
-    allreduce_latency_s: float  # assumed fixed cost of one small all-reduce (not a datasheet value)
     tdp_w: float
     aliases: tuple[str, ...] = ()
     sources: str = ""
+    allreduce: str | None = None  # interconnect generation in models/data/allreduce.yaml
+    # Legacy catalogs: an assumed fixed cost of one small all-reduce instead of a generation.
+    allreduce_latency_s: float | None = None
+    fp32_flops: float | None = None  # non-tensor FP32 FLOP/s (datasheet); prices fp8-KV dequant
+    ladder: tuple[CoefficientRung, ...] = ()
+
+    def rung(self, family: str) -> CoefficientRung:
+        """This GPU's provenance for one coefficient family (extrapolated when not stated)."""
+        if family not in COEFFICIENT_FAMILIES:
+            raise BadInputError(f"unknown coefficient family {family!r}")
+        for r in self.ladder:
+            if r.family == family:
+                return r
+        return CoefficientRung(family, "extrapolated")
+
+    def allreduce_model(self) -> AllReduceModel:
+        """The all-reduce cost model of this GPU's interconnect (models/data/allreduce.yaml)."""
+        if self.allreduce is not None:
+            return default_allreduce()[self.allreduce]
+        latency = self.allreduce_latency_s if self.allreduce_latency_s is not None else 0.0
+        return legacy_allreduce(latency, self.interconnect_bandwidth_per_direction * 0.7, self.name)
 
     def supports(self, precision: Precision) -> bool:
         return precision is Precision.BF16 or self.fp8_flops is not None
@@ -155,7 +208,6 @@ _REQUIRED = (
     "fp8_dense_tflops",
     "interconnect",
     "interconnect_bandwidth_gb_s",
-    "allreduce_latency_us",
     "tdp_w",
 )
 
@@ -186,6 +238,8 @@ def _gpu_from_entry(entry: Any, where: str) -> GpuSpec:
     aliases = entry.get("aliases") or ()
     if not isinstance(aliases, list | tuple):
         raise BadInputError(f"{where}: aliases must be a list")
+    generation, latency = _allreduce_fields(entry, where)
+    fp32 = entry.get("fp32_tflops")
     return GpuSpec(
         name=str(entry["name"]),
         memory_bytes=_positive(entry, "memory_gb", where) * 1e9,
@@ -195,11 +249,72 @@ def _gpu_from_entry(entry: Any, where: str) -> GpuSpec:
         fp8_flops=None if fp8 is None else fp8 * 1e12,
         interconnect=interconnect,
         interconnect_bandwidth=_positive(entry, "interconnect_bandwidth_gb_s", where) * 1e9,
-        allreduce_latency_s=_positive(entry, "allreduce_latency_us", where) * 1e-6,
         tdp_w=_positive(entry, "tdp_w", where),
         aliases=tuple(str(a) for a in aliases),
         sources=str(entry.get("sources", "")),
+        allreduce=generation,
+        allreduce_latency_s=latency,
+        fp32_flops=None if fp32 is None else _positive(entry, "fp32_tflops", where) * 1e12,
+        ladder=_ladder(entry.get("coefficients"), where),
     )
+
+
+def _allreduce_fields(entry: Mapping[str, Any], where: str) -> tuple[str | None, float | None]:
+    if "allreduce" in entry:
+        generation = str(entry["allreduce"])
+        known = default_allreduce()
+        if generation not in known:
+            raise BadInputError(
+                f"{where}: allreduce {generation!r} is not a generation of "
+                f"models/data/allreduce.yaml ({', '.join(known)})"
+            )
+        return generation, None
+    if "allreduce_latency_us" in entry:
+        return None, _positive(entry, "allreduce_latency_us", where) * 1e-6
+    raise BadInputError(f"{where}: missing field allreduce (an interconnect generation)")
+
+
+def _ladder(raw: Any, where: str) -> tuple[CoefficientRung, ...]:
+    """The per-GPU coefficient ladder: one entry per family, each with its provenance."""
+    if raw is None:
+        return ()
+    if not isinstance(raw, Mapping):
+        raise BadInputError(f"{where}: coefficients must map a family to its provenance")
+    rungs = []
+    for family, body in raw.items():
+        here = f"{where} coefficients.{family}"
+        if family not in COEFFICIENT_FAMILIES:
+            raise BadInputError(
+                f"{here}: unknown family (known: {', '.join(COEFFICIENT_FAMILIES)})"
+            )
+        if not isinstance(body, Mapping):
+            raise BadInputError(f"{here}: expected a mapping with provenance, scale, source")
+        provenance = body.get("provenance")
+        if provenance not in PROVENANCES:
+            raise BadInputError(
+                f"{here}: provenance must be one of {', '.join(PROVENANCES)}, got {provenance!r}"
+            )
+        scale = _positive(body, "scale", here) if "scale" in body else 1.0
+        fp8 = body.get("fp8_scale")
+        if fp8 is not None and family != "linear_compute":
+            raise BadInputError(f"{here}: fp8_scale applies to linear_compute only")
+        source = str(body.get("source", "")).strip()
+        if provenance in ("published", "measured") and not source:
+            raise BadInputError(f"{here}: a {provenance} entry needs a source")
+        if provenance == "extrapolated" and scale != 1.0:
+            raise BadInputError(
+                f"{here}: an extrapolated entry keeps scale 1 (the H200's fraction)"
+            )
+        rungs.append(
+            CoefficientRung(
+                family=str(family),
+                provenance=str(provenance),
+                scale=scale,
+                fp8_scale=None if fp8 is None else _positive(body, "fp8_scale", here),
+                source=source or _EXTRAPOLATED_SOURCE,
+            )
+        )
+    return tuple(rungs)
 
 
 def load_gpu_catalog(path: str | Path | None = None) -> GpuCatalog:

@@ -19,8 +19,10 @@ their file) in models.step_coefficients. Operator fractions are fitted by models
 shared/reference/h200-llama-ops.csv; the in-step efficiencies, kernel gap and launch terms by
 models.step_calibration on whole-model steps (shared/reference/h200-llama-steps.csv); both
 copies ship in models/data/ and the result in models/data/steptime_coefficients.json. The engine
-CPU terms are documented assumptions (whole vLLM steps refit the synchronisation). They are
-fractions of the H200's peaks and are applied to other GPUs' peaks as they are — an assumption.
+CPU terms are documented assumptions (whole vLLM steps refit the synchronisation). The fractions
+are the H200's; other GPUs get them through their ladder in models/data/gpus.yaml (published
+achieved-vs-peak ratios, else the spec sheet), the tensor-parallel all-reduce from published
+tables (models.allreduce) and an fp8 KV cache its dequantisation cost (models.steptime_terms).
 docs/simulator-calibration.md explains each term.
 
 Speed: the simulator prices about a million steps per simulated hour, so everything that depends
@@ -34,6 +36,7 @@ import json
 import math
 from dataclasses import dataclass, fields
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
@@ -59,6 +62,12 @@ from models.operator_roofline import (
     smooth_max,
 )
 from models.step_coefficients import StepTimeCoefficients, default_coefficients
+from models.steptime_terms import (
+    fp8_kv_dequant_s_per_element,
+    ladder_coefficients,
+    provenance_line,
+    step_provenance,
+)
 
 # Kernels per layer in a vLLM forward pass after torch.compile fusion: 2 fused residual+RMSNorm,
 # qkv, rotary, KV-cache write, attention, o, gate_up, SiLU·mul, down (+2 all-reduces at TP > 1);
@@ -160,6 +169,8 @@ class RooflinePredictor:
     since 0.14; off for older engines or ``--no-async-scheduling``); ``scope`` HARNESS predicts
     the forward pass alone as the reference harness measured it (calibration only);
     ``table_tokens`` bounds the precomputed tables (larger steps are computed, just slower).
+    Without ``coefficients`` the shipped H200 fit is carried to ``gpu`` by its ladder
+    (``ladder_applied``); given coefficients are used as they are (a calibration's own GPU).
     """
 
     __slots__ = (
@@ -177,10 +188,12 @@ class RooflinePredictor:
         "_q",
         "_sync",
         "_tok",
+        "allreduce",
         "async_scheduling",
         "coefficients",
         "cudagraph_max_tokens",
         "gpu",
+        "ladder_applied",
         "profile",
         "scope",
     )
@@ -202,7 +215,13 @@ class RooflinePredictor:
             raise BadInputError("cudagraph_max_tokens must be >= 0 and table_tokens >= 1")
         self.profile = profile
         self.gpu = gpu
-        self.coefficients = coefficients if coefficients is not None else default_coefficients()
+        self.ladder_applied = coefficients is None
+        self.coefficients = (
+            ladder_coefficients(default_coefficients(), gpu)
+            if coefficients is None
+            else coefficients
+        )
+        self.allreduce = gpu.allreduce_model()
         self.cudagraph_max_tokens = cudagraph_max_tokens
         self.async_scheduling = async_scheduling
         self.scope = StepScope(scope)
@@ -223,9 +242,15 @@ class RooflinePredictor:
         kv_per_layer = profile.kv_bytes_per_token_per_gpu / layers
         flops_pair = attention_flops_per_pair(q_heads, c.head_dim)
         decode_bw = coef.attn_decode_bw_fraction * coef.step_attn_decode_bw_scale
-        self._ctx_s = layers * max(
-            kv_per_layer / (gpu.memory_bandwidth * decode_bw),
-            flops_pair / (gpu.bf16_flops * coef.attn_prefill_flops_fraction),
+        # An fp8 cache also pays its dequantisation per KV element (models.steptime_terms).
+        dequant = fp8_kv_dequant_s_per_element(gpu, profile.kv_dtype)
+        self._ctx_s = (
+            layers
+            * max(
+                kv_per_layer / (gpu.memory_bandwidth * decode_bw),
+                flops_pair / (gpu.bf16_flops * coef.attn_prefill_flops_fraction),
+            )
+            + dequant * profile.kv_bytes_per_token_per_gpu / profile.kv_dtype.bytes_per_element
         )
         # Prefill attention per (query, key) pair, all layers; bf16 flash attention.
         self._pair_s = layers * flops_pair / (gpu.bf16_flops * coef.attn_prefill_flops_fraction)
@@ -278,15 +303,8 @@ class RooflinePredictor:
         return linear, elementwise, allreduce
 
     def _allreduce_s(self, nbytes: np.ndarray) -> np.ndarray:
-        """One ring all-reduce of ``nbytes`` per GPU: latency + 2(TP−1)/TP of it over the link."""
-        tp = self.profile.tp
-        if tp == 1:
-            return np.zeros_like(nbytes)
-        link = (
-            self.gpu.interconnect_bandwidth_per_direction * self.coefficients.allreduce_bw_fraction
-        )
-        moved = 2.0 * (tp - 1) / tp * nbytes / link
-        return np.where(nbytes > 0, self.gpu.allreduce_latency_s + moved, 0.0)
+        """One all-reduce of ``nbytes`` per GPU: the interconnect's published latency table."""
+        return self.allreduce.latency_s(nbytes, self.profile.tp)
 
     def _token_total(self, tokens: np.ndarray) -> np.ndarray:
         linear, elementwise, allreduce = self._token_terms(tokens)
@@ -473,6 +491,11 @@ class RooflinePredictor:
             | {"engine_s": exposed}
         )
 
+    def provenance(self) -> dict[str, Any]:
+        """Which of this replica's numbers are measured, published, extrapolated or assumed."""
+        p = self.profile
+        return step_provenance(self.gpu, p.tp, p.kv_dtype, self.ladder_applied)
+
     @property
     def weight_read_floor_s(self) -> float:
         """All weights over peak HBM bandwidth: capacity-formulas.md §3.4's minimum decode step."""
@@ -625,6 +648,7 @@ def steptime_command(
             "weight_floor_ms": predictor.weight_read_floor_s * 1e3,
             "kv_cache_tokens": cap.tokens,
             "kv_tokens_needed": needed,
+            "provenance": predictor.provenance(),
         }
         return json.dumps(doc)
     prompts = shape.num_prefill_seqs
@@ -658,6 +682,7 @@ def steptime_command(
         + ("  (beside the forward pass: async scheduling)" if b.async_scheduling else ""),
         f"  + on the critical path            {_ms(b.engine_s)}",
         f"floor (all weights / peak HBM bandwidth): {predictor.weight_read_floor_s * 1e3:.3f} ms",
+        provenance_line(predictor.provenance()),
     ]
     lines.append(
         f"KV cache: {cap.num_gpu_blocks:,} blocks = {cap.tokens:,} tokens "
