@@ -8,6 +8,11 @@ that arrived at t), then step ends, then samples.
 ClusterState holds one run's replicas, router, heap and sampling clock and applies single
 events; Cluster.run drives it over a whole workload, models/serving/live.py one request and one
 instant at a time.
+
+When no replica can affect another (round-robin routing, no concurrency limit, no step
+observer), Cluster.run runs the replicas one after the other instead, each over its own
+arrivals with no heap (_run_independent): the same events in the same order per replica, the
+same result bit for bit (tests/test_sim_speed_identity.py), 1.2-1.4x faster at 16 replicas.
 """
 
 from __future__ import annotations
@@ -16,9 +21,10 @@ import gc
 import math
 from collections.abc import Iterable, Iterator, Mapping
 from heapq import heappop, heappush, heapreplace
+from operator import attrgetter
 
 from models.execution_time import ExecutionTimePredictor
-from models.serving.config import ClusterConfig, SimulationOptions
+from models.serving.config import ClusterConfig, RouterPolicy, SimulationOptions
 from models.serving.jitter import StepJitter
 from models.serving.records import ReplicaRecord, RequestRecord, SimulationResult
 from models.serving.replica import Replica, StepObserver
@@ -193,15 +199,28 @@ class Cluster:
         # heap cost ~12 % of a long run and find nothing, so it is off until the run ends.
         gc_was_enabled = gc.isenabled()
         gc.disable()
+        independent = (
+            max_concurrency is None
+            and step_observer is None
+            and self.config.router is RouterPolicy.ROUND_ROBIN
+        )
+        order: list[int] | None = None
         try:
-            now = self._loop(
-                state, spec, specs_iter, start, horizon, max_concurrency, client_delay_s or {}
-            )
+            if independent:
+                now, order = _run_independent(state, spec, specs_iter, start, horizon)
+            else:
+                now = self._loop(
+                    state, spec, specs_iter, start, horizon, max_concurrency, client_delay_s or {}
+                )
         finally:
             if gc_was_enabled:
                 gc.enable()
-        state.sample_final(now)
-        records = sorted(sink, key=_arrival_order)
+        if independent:
+            if order is not None:  # arrival ties: restore the one-loop sink order first
+                sink[:] = [sink[k] for k in order]
+        else:
+            state.sample_final(now)
+        records = sorted(sink, key=_arrival_order)  # stable: ties keep the sink's order
         return SimulationResult(
             config=self.config,
             options=options,
@@ -306,5 +325,141 @@ class Cluster:
         return now
 
 
-def _arrival_order(record: RequestRecord) -> float:
-    return record.arrival_s
+_arrival_order = attrgetter("arrival_s")  # RequestRecord -> arrival_s (a C key: 30 % faster)
+
+
+def _run_independent(
+    state: ClusterState,
+    spec0: RequestSpec,
+    specs_iter: Iterator[RequestSpec],
+    start: float,
+    horizon: float,
+) -> tuple[float, list[int] | None]:
+    """Cluster.run's loop when the replicas cannot affect one another: round-robin routing
+    (request j goes to replica j mod n whatever the load), no concurrency limit, no step
+    observer. Each replica then runs alone over its own arrivals, one replica after the other,
+    with no heap between them; the result is the one Cluster._loop gives, event for event:
+
+    * a replica's events are applied in the same order (its arrival before its step end at
+      equal times, as in _loop), and each of its samples at grid time g is taken after its
+      events at times <= g and before the later ones, as _loop's sample_before does;
+    * the run ends where _loop's does: at the horizon if any arrival or step end falls after
+      it (every replica is then aborted there), else at the last arrival or step end;
+    * the sink is filled replica by replica; the records are later sorted by arrival time,
+      stably, so only requests with equal arrival times could come out in another order.
+      When the specs hold such ties, each record gets the key of the event that wrote it
+      (time, arrivals before step ends before horizon aborts, then the arriving request or the
+      replica index: _loop's order) and the returned permutation restores _loop's sink order.
+
+    Also takes the final samples (ClusterState.sample_final's). Returns (end time, the sink
+    permutation or None)."""
+    replicas = state.replicas
+    n = len(replicas)
+    sink = state.sink
+    inf = math.inf
+    # Deal the arrivals out as RoundRobinRouter would. _loop never reaches an arrival after
+    # the horizon (nor checks the order of what follows it).
+    dealt: list[list[RequestSpec]] = [[] for _ in range(n)]
+    last = -inf
+    ties = False
+    beyond = False  # an arrival falls after the horizon
+    i = 0
+    spec: RequestSpec | None = spec0
+    while spec is not None:
+        a = spec.arrival_s
+        if a > horizon:
+            beyond = True
+            break
+        if a <= last:
+            if a < last:
+                raise ValueError(f"request specs must be sorted by arrival_s: {spec.request_id}")
+            ties = True
+        last = a
+        dealt[i].append(spec)
+        i += 1
+        if i == n:
+            i = 0
+        spec = next(specs_iter, None)
+    state.sent = sum(len(d) for d in dealt)
+    keys: list[tuple[float, int, int]] | None = [] if ties else None
+    interval = state.interval
+    base = state.sample_base
+    end = start  # _loop's `now`: the last event applied
+    cut = beyond  # the run stops at the horizon
+    next_idx = [0] * n
+    for i, rep in enumerate(replicas):
+        on_event = rep.on_event
+        accept = rep.accept
+        sample = rep.sample
+        t_end = inf  # the replica's pending event (a superseded one is simply forgotten)
+        idx = 0
+        next_sample = base
+        seq = i
+        for spec in dealt[i]:
+            ta = spec.arrival_s
+            while t_end < ta:  # a step end strictly before the arrival comes first
+                while next_sample < t_end:
+                    sample(next_sample)
+                    idx += 1
+                    next_sample = base + idx * interval
+                m = len(sink)
+                t = on_event(t_end)
+                if keys is not None and len(sink) > m:
+                    keys.extend([(t_end, 1, i)] * (len(sink) - m))
+                if t_end > end:
+                    end = t_end
+                t_end = inf if t is None else t
+            while next_sample < ta:
+                sample(next_sample)
+                idx += 1
+                next_sample = base + idx * interval
+            m = len(sink)
+            t = accept(Request(spec, seq, ta), ta)
+            if keys is not None and len(sink) > m:
+                keys.extend([(ta, 0, seq)] * (len(sink) - m))
+            if ta > end:
+                end = ta
+            seq += n
+            if t is not None:
+                t_end = t
+        while t_end <= horizon and t_end != inf:
+            while next_sample < t_end:
+                sample(next_sample)
+                idx += 1
+                next_sample = base + idx * interval
+            m = len(sink)
+            t = on_event(t_end)
+            if keys is not None and len(sink) > m:
+                keys.extend([(t_end, 1, i)] * (len(sink) - m))
+            if t_end > end:
+                end = t_end
+            t_end = inf if t is None else t
+        if t_end != inf:
+            cut = True
+        next_idx[i] = idx
+    if cut:
+        end = horizon
+        for i, rep in enumerate(replicas):
+            idx = next_idx[i]
+            while base + idx * interval < horizon:
+                rep.sample(base + idx * interval)
+                idx += 1
+            next_idx[i] = idx
+            m = len(sink)
+            rep.abort(horizon)
+            if keys is not None and len(sink) > m:
+                keys.extend([(horizon, 2, i)] * (len(sink) - m))
+    # ClusterState.sample_final(end), replica by replica
+    for i, rep in enumerate(replicas):
+        idx = next_idx[i]
+        while base + idx * interval <= end:
+            rep.sample(base + idx * interval)
+            idx += 1
+        if base + (idx - 1) * interval < end:
+            rep.sample(end)
+        next_idx[i] = idx
+    state.sample_idx = next_idx[0]
+    state.next_sample = base + next_idx[0] * interval
+    if keys is None:
+        return end, None
+    return end, sorted(range(len(sink)), key=lambda k: (*keys[k], k))

@@ -38,6 +38,14 @@ class SchedulerConfig:
         admits it only when the KV blocks of its whole sequence (prompt + max_tokens, or up to
         max_model_len without max_tokens) fit beside every running request's reservation, the
         policy of engines that never preempt (TGI's and SGLang's conservative modes).
+    num_scheduler_steps: vLLM V0's `--num-scheduler-steps` (multi-step scheduling, vLLM
+        0.5.5-0.9): a batch of decoders runs this many steps per scheduling pass; requests are
+        admitted only between passes and tokens reach the client in bursts at the end of each
+        pass (a step with prefill is a pass of one step). 1 = schedule every step (V1, V0 default).
+    enable_chunked_prefill: False is vLLM V0's scheduler without chunked prefill: a step either
+        prefills whole prompts (waiting requests first, FCFS, while the token budget, max_num_seqs
+        and KV blocks allow; the decoders wait the step out) or decodes every running request.
+        True (V1, always) batches decode tokens and prompt chunks under one budget.
     """
 
     max_num_seqs: int = 1024
@@ -45,10 +53,24 @@ class SchedulerConfig:
     long_prefill_token_threshold: int = 0
     max_model_len: int = 131072
     admission: str = "vllm"
+    num_scheduler_steps: int = 1
+    enable_chunked_prefill: bool = True
 
     def __post_init__(self) -> None:
+        if (
+            isinstance(self.num_scheduler_steps, bool)
+            or not isinstance(self.num_scheduler_steps, int)
+            or self.num_scheduler_steps < 1
+        ):
+            raise ValueError(f"num_scheduler_steps must be >= 1, got {self.num_scheduler_steps}")
         if self.max_num_seqs < 1:
             raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            # vLLM V0's SchedulerConfig refuses it too: a prompt could never be scheduled.
+            raise ValueError(
+                f"without chunked prefill, max_num_batched_tokens ({self.max_num_batched_tokens})"
+                f" must be >= max_model_len ({self.max_model_len})"
+            )
         # vLLM refuses this combination too: every running sequence must fit one decode token.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError(

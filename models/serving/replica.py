@@ -37,6 +37,24 @@ _WAKE = 1  # woken by an arrival; schedules once every arrival at that instant i
 _SINGLE = 2
 _STRETCH = 3
 
+# A StepShape for every step or stretch, built without its frozen dataclass __init__ (which
+# sets each field through object.__setattr__: 0.64 us against 0.34 us through the slots'
+# descriptors). Every field is set, as __init__ would: the same object.
+_new_shape = object.__new__
+_set_num_decode = StepShape.num_decode.__set__  # type: ignore[attr-defined]
+_set_decode_context_sum = StepShape.decode_context_sum.__set__  # type: ignore[attr-defined]
+_set_prefill_tokens = StepShape.prefill_tokens.__set__  # type: ignore[attr-defined]
+_set_prefill_attention = StepShape.prefill_attention.__set__  # type: ignore[attr-defined]
+_set_num_prefill_seqs = StepShape.num_prefill_seqs.__set__  # type: ignore[attr-defined]
+if set(StepShape.__slots__) != {  # type: ignore[attr-defined]
+    "num_decode",
+    "decode_context_sum",
+    "prefill_tokens",
+    "prefill_attention",
+    "num_prefill_seqs",
+}:
+    raise RuntimeError("StepShape's fields changed: update replica.py's _set_* list")
+
 # An optional per-step observer (models/serving/step_shares.py): called with (replica index,
 # start_s, end_s, steps, work) for each step or stretch of `steps` identical pure-decode steps,
 # just before it is applied; work lists (request id, tokens processed, "prefill" | "decode"), a
@@ -73,6 +91,10 @@ class Replica:
                 cap or JITTER_MAX_STRETCH_STEPS, JITTER_MAX_STRETCH_STEPS
             )
         self.debug_checks = options.debug_checks
+        # -- multi-step scheduling: vLLM V0 --num-scheduler-steps; 1 = off --
+        self.block_steps = config.scheduler.num_scheduler_steps
+        self.block_left = 0  # steps left in the multi-step pass in flight (0: at a boundary)
+        # -- end multi-step --
         self.version = 0  # bumped whenever the pending event time changes
         self.state = _IDLE
         self.t0 = 0.0
@@ -84,10 +106,12 @@ class Replica:
         # for each stretch, never changed in place); None without jitter or for a single step.
         self.stretch_cum: np.ndarray | None = None
         self._aborting: list[Request] = []  # running requests to abort at the next boundary
-        # Step log, one row per event, in typed arrays: rows are not Python objects, so the
+        # Step log, one row per event, in a typed array: rows are not Python objects, so the
         # cyclic garbage collector never traverses them (it did, and it cost ~20 % of a run).
-        self._log_times = array("d")  # start_s, duration_s
-        self._log_counts = array("q")  # steps, num_decode, prefill_tokens, num_prefill_seqs
+        # One row of six per event: start_s, duration_s, steps, num_decode, prefill_tokens,
+        # num_prefill_seqs (the four counts are integers far below 2**53: exact as floats; one
+        # extend per event instead of two).
+        self._log = array("d")
         self._samples: list[tuple[float, ...]] = []
 
     @property
@@ -110,6 +134,7 @@ class Replica:
             return now
         if (
             state == _STRETCH
+            and self.block_steps == 1  # multi-step: an arrival waits for the pass's end
             and now < self.t_end
             and len(s.waiting) == 1
             and len(s.running) < s.max_num_seqs
@@ -159,14 +184,18 @@ class Replica:
             if self.step_observer is not None:
                 self._observe(k, duration)
             s.complete_stretch(now, k, duration)
-            self._log_times.extend((self.t0, duration))
-            self._log_counts.extend((k, s.step_n, 0, 0))
+            if self.block_left:  # multi-step
+                self.block_left = max(0, self.block_left - k)
+            self._log.extend((self.t0, duration, k, s.step_n, 0, 0))
         elif state == _SINGLE:
             if self.step_observer is not None:
                 self._observe(1, duration)
             s.complete_step(now, duration)
-            self._log_times.extend((self.t0, duration))
-            self._log_counts.extend((1, s.step_n, s.step_prefill_tokens, len(s.step_chunks)))
+            if self.block_left:  # multi-step
+                self.block_left -= 1
+            self._log.extend(
+                (self.t0, duration, 1, s.step_n, s.step_prefill_tokens, len(s.step_chunks))
+            )
         if self._aborting:
             for r in self._aborting:
                 s.abort_request(r, now)  # a request that finished in this step stays finished
@@ -177,10 +206,28 @@ class Replica:
 
     def _start(self, now: float) -> float | None:
         s = self.scheduler
+        max_steps = self.max_fast_forward_steps
+        if self.block_steps > 1:  # -- multi-step: admit and deliver only at boundaries --
+            if self.block_left and not s.n_dec:
+                self.block_left = 0  # every decoder of the pass has finished: the pass ends
+            if not self.block_left:
+                s.release_held(now)
+            s.admit = not self.block_left
         kind = s.schedule(now)
+        if self.block_steps > 1 and kind == STEP_DECODE:
+            if not self.block_left:
+                self.block_left = self.block_steps  # a pass of decode steps starts
+            max_steps = min(max_steps or self.block_left, self.block_left)
+        # -- end multi-step --
         if kind == STEP_DECODE:
-            k = s.plan_stretch(self.max_fast_forward_steps)
-            shape = StepShape(s.step_n, s.step_ctx)  # num_decode, decode_context_sum
+            k = s.plan_stretch(max_steps)
+            # StepShape(s.step_n, s.step_ctx), built the fast way (see _new_shape)
+            shape = _new_shape(StepShape)
+            _set_num_decode(shape, s.step_n)
+            _set_decode_context_sum(shape, s.step_ctx)
+            _set_prefill_tokens(shape, 0)
+            _set_prefill_attention(shape, 0.0)
+            _set_num_prefill_seqs(shape, 0)
             jitter = self.jitter
             if jitter is None:
                 duration = self._decode_steps_time_s(shape, k)
@@ -198,13 +245,12 @@ class Replica:
             self.stretch_cum = None
             return None
         else:
-            shape = StepShape(
-                s.step_n,
-                s.step_ctx,
-                s.step_prefill_tokens,
-                s.step_prefill_attention,
-                len(s.step_chunks),
-            )
+            shape = _new_shape(StepShape)
+            _set_num_decode(shape, s.step_n)
+            _set_decode_context_sum(shape, s.step_ctx)
+            _set_prefill_tokens(shape, s.step_prefill_tokens)
+            _set_prefill_attention(shape, s.step_prefill_attention)
+            _set_num_prefill_seqs(shape, len(s.step_chunks))
             duration = self._step_time_s(shape)
             if self.jitter is not None:
                 duration *= self.jitter.factor()
@@ -221,6 +267,8 @@ class Replica:
         """Tell the step observer what the step (or stretch) about to be applied computed."""
         s = self.scheduler
         work = [(r.spec.request_id, steps, "decode") for r in s.running if r.decoding]
+        if not s.step_n and not s.chunked_prefill:  # V0 prompt-only step, decoders paused
+            work = []
         if len(work) != s.step_n:
             raise RuntimeError(f"replica {self.index}: {len(work)} decoders, step has {s.step_n}")
         work.extend((r.spec.request_id, t, "prefill") for r, t, _ in s.step_chunks)
@@ -273,8 +321,7 @@ class Replica:
                 if self.step_observer is not None:
                     self._observe(j, t_j)
                 s.complete_stretch(self.t0 + t_j, j, t_j)
-                self._log_times.extend((self.t0, t_j))
-                self._log_counts.extend((j, s.step_n, 0, 0))
+                self._log.extend((self.t0, t_j, j, s.step_n, 0, 0))
         self.state = _IDLE
         self.version += 1
         self._aborting.clear()
@@ -365,15 +412,14 @@ class Replica:
                 if name in ("time_s", "kv_cache_usage", "gpu_busy_s")
                 else (col.astype(np.int64))
             )
-        times = np.frombuffer(self._log_times, dtype=np.float64).reshape(-1, 2)
-        counts = np.frombuffer(self._log_counts, dtype=np.int64).reshape(-1, 4)
+        log = np.frombuffer(self._log, dtype=np.float64).reshape(-1, 6)
         step_log = StepLog(
-            start_s=times[:, 0].copy(),
-            steps=counts[:, 0].copy(),
-            num_decode=counts[:, 1].copy(),
-            prefill_tokens=counts[:, 2].copy(),
-            num_prefill_seqs=counts[:, 3].copy(),
-            duration_s=times[:, 1].copy(),
+            start_s=log[:, 0].copy(),
+            steps=log[:, 2].astype(np.int64),
+            num_decode=log[:, 3].astype(np.int64),
+            prefill_tokens=log[:, 4].astype(np.int64),
+            num_prefill_seqs=log[:, 5].astype(np.int64),
+            duration_s=log[:, 1].copy(),
         )
         return ReplicaRecord(
             index=self.index,

@@ -13,6 +13,13 @@ KV block (so the blocks crossed by k decode steps are known in aggregate), and a
 step counts at which each one finishes. A decoder's token counts are derived from the replica
 step counter and written back only when it leaves the decode set. The exact per-request walk of
 vLLM's running loop is used only when the token budget or the KV cache is tight.
+
+Multi-step scheduling (vLLM V0's --num-scheduler-steps N > 1): the Replica runs a batch of
+decoders for N steps per scheduling pass and sets `admit` False inside a pass, so no request is
+admitted (and no prefill scheduled) until the pass ends; a decoder that finishes inside a pass
+is held (`held`) and delivered, with its last token, at the pass's end (release_held).
+Without chunked prefill (V0's default), a step prefills whole prompts alone, the decoders
+paused (their step clock stands still), or decodes (_schedule_prompts_only).
 """
 
 from __future__ import annotations
@@ -48,6 +55,12 @@ class ReplicaScheduler:
         self.max_model_len = sched.max_model_len
         self.reserve = sched.admission == "reserve"
         self.reserved_blocks = 0  # sum of the running requests' reservations (admission reserve)
+        # multi-step scheduling: admissions only between passes; finishes held to the pass end
+        self.admit = True
+        self.hold_finishes = sched.num_scheduler_steps > 1
+        self.held: dict[Request, FinishReason] = {}
+        # V0 without chunked prefill: steps of whole prompts alone, decoders paused meanwhile
+        self.chunked_prefill = sched.enable_chunked_prefill
         self.block_size = cache.block_size
         self.prefix_caching = cache.enable_prefix_caching
         self.kv = KVBlockPool(cache.num_gpu_blocks, cache.block_size, cache.enable_prefix_caching)
@@ -109,6 +122,10 @@ class ReplicaScheduler:
 
     def schedule(self, now: float) -> int:
         """Choose the next step's batch (allocating its KV blocks); return its kind."""
+        if not self.chunked_prefill and self.waiting and self.admit:
+            kind = self._schedule_prompts_only(now)
+            if kind:
+                return kind
         if not self.waiting and not self.prefilling:
             # The common case, decoders only: every one gets its token, if step 1 gets blocks.
             n = self.n_dec
@@ -170,7 +187,7 @@ class ReplicaScheduler:
             budget, preempted = self._schedule_running_exact(now, chunks)
             cross = self.step_cross
         self.step_cross = cross
-        if not preempted and self.waiting and budget > 0:
+        if not preempted and self.waiting and budget > 0 and self.admit and self.chunked_prefill:
             self._schedule_waiting(now, budget, chunks)
         self.step_chunks = chunks
         if not chunks and not preempted:
@@ -193,6 +210,24 @@ class ReplicaScheduler:
             return self.schedule(now)
         return STEP_MIXED
 
+    def _schedule_prompts_only(self, now: float) -> int:
+        """V0 without chunked prefill (vllm/core/scheduler.py `_schedule_default`): a step of
+        whole prompts, no decoder; STEP_MIXED, or STEP_IDLE when no prompt can be admitted."""
+        chunks: list[tuple[Request, int, int]] = []
+        self._schedule_waiting(now, self.max_num_batched_tokens, chunks)
+        if not chunks:
+            return STEP_IDLE
+        self.step_n = self.step_ctx = self.step_cross = 0
+        self.step_chunks = chunks
+        tokens = 0
+        attention = 0.0
+        for _, t, c0 in chunks:
+            tokens += t
+            attention += t * (c0 + t / 2)
+        self.step_prefill_tokens = tokens
+        self.step_prefill_attention = attention
+        return STEP_MIXED
+
     def _schedule_running_exact(
         self, now: float, chunks: list[tuple[Request, int, int]]
     ) -> tuple[int, bool]:
@@ -203,6 +238,8 @@ class ReplicaScheduler:
         step = self.step_count
         budget = self.max_num_batched_tokens
         order = list(self.running)
+        if self.held:  # finished inside a multi-step pass: no longer computed
+            order = [r for r in order if r not in self.held]
         end = len(order)
         idx = 0
         n = ctx = cross = 0
@@ -285,9 +322,13 @@ class ReplicaScheduler:
             else:
                 hit_tokens = 0
             num_new = length - hit_tokens
-            if threshold and num_new > threshold:
+            if threshold and num_new > threshold and self.chunked_prefill:
                 num_new = threshold
             if num_new > budget:
+                if not self.chunked_prefill:  # V0: a prompt is never split over steps
+                    kv.detach(r)
+                    self._unreserve(r)
+                    break
                 num_new = budget
             x = hit_tokens + num_new
             # Each newly held block costs the free pool at most one block; only when that
@@ -335,9 +376,10 @@ class ReplicaScheduler:
         n = self.step_n
         tokens = n + self.step_prefill_tokens
         per_token = duration / tokens
-        self.step_count += 1
+        if self.chunked_prefill or n == self.n_dec:
+            self.step_count += 1  # every decoder advanced one token
+            self.share_per_token += per_token
         self.ctx_sum += n
-        self.share_per_token += per_token
         self.generation_tokens += n
         self.iteration_tokens += tokens
         self.num_steps += 1
@@ -469,7 +511,20 @@ class ReplicaScheduler:
                 continue  # stale entry (preempted)
             self._leave_decode(r)
             r.last_token_s = now
-            self._finish(r, now, _reason(r))
+            if self.hold_finishes:
+                self.held[r] = _reason(r)  # still RUNNING: leaves at the end of the pass
+            else:
+                self._finish(r, now, _reason(r))
+
+    def release_held(self, now: float) -> None:
+        """End of a multi-step pass: the decoders that finished inside it leave now, their
+        last tokens reaching the client with the pass's burst (vLLM V0's multi-step output
+        processor appends a pass's tokens when its last step ends)."""
+        if self.held:
+            for r, reason in self.held.items():
+                r.last_token_s = now
+                self._finish(r, now, reason)
+            self.held.clear()
 
     # -- leaving the running set ----------------------------------------------------------
 
@@ -544,8 +599,8 @@ class ReplicaScheduler:
         running request must be aborted between steps (Replica defers it to the step end):
         the tokens it has produced by then are its output. A finished request is left alone."""
         status = r.status
-        if status is RequestStatus.FINISHED:
-            return
+        if status is RequestStatus.FINISHED or r in self.held:
+            return  # a held request has its whole output: it leaves at the end of the pass
         if status is RequestStatus.RUNNING:
             if r.decoding:
                 self._leave_decode(r)
@@ -558,6 +613,7 @@ class ReplicaScheduler:
 
     def abort_all(self, now: float) -> None:
         """Finish every request still here with "abort" (end of a horizon-limited run)."""
+        self.release_held(now)
         for r in list(self.running):
             if r.decoding:
                 self._leave_decode(r)
@@ -599,7 +655,9 @@ class ReplicaScheduler:
         for r in self.running:
             if r.status is not RequestStatus.RUNNING:
                 raise AssertionError(f"{r} in running set")
-            if r.decoding:
+            if r in self.held:
+                private += -(-r.num_computed_tokens // bs) - r.kv_shared
+            elif r.decoding:
                 c = r.dec_computed0 + step - r.dec_step0
                 n += 1
                 ctx += c
@@ -611,7 +669,7 @@ class ReplicaScheduler:
                 if r not in self.prefilling:
                     raise AssertionError(f"{r} neither decoding nor prefilling")
                 private += r.kv_held - r.kv_shared
-        if len(self.prefilling) + n != len(self.running):
+        if len(self.prefilling) + n + len(self.held) != len(self.running):
             raise AssertionError("prefilling set out of step with running set")
         if (n, ctx, phase) != (self.n_dec, self.ctx_sum, self.phase):
             raise AssertionError(

@@ -25,6 +25,7 @@ from models.serving.config import (
     ADMISSION_POLICIES,
     RouterPolicy,
 )
+from models.serving.engine_era import ENGINES, USAGE_CONTEXTS
 from models.workload.datasets import DATASET_NAMES
 
 GIB = 1 << 30
@@ -125,6 +126,38 @@ SCENARIO_FIELDS: tuple[FieldSpec, ...] = (
         "vllm (admit on the prompt's blocks; a full KV cache preempts and recomputes) or reserve "
         "(admit only when the whole sequence's blocks are free: never preempts)",
         choices=ADMISSION_POLICIES,
+    ),
+    FieldSpec(
+        "num_scheduler_steps",
+        "int",
+        1,
+        "decode steps per scheduling pass (vLLM V0's --num-scheduler-steps, multi-step "
+        "scheduling): admits only between passes, streams tokens in bursts; 1 = every step",
+        minimum=1,
+    ),
+    FieldSpec(
+        "engine",
+        "choice",
+        "v1",
+        "vLLM engine: v1, or v0 (the engine's CPU work per step serial with the forward "
+        "pass, its size fitted on vLLM 0.6.0 runs; docs/simulator.md, Older engines)",
+        choices=ENGINES,
+    ),
+    FieldSpec(
+        "enable_chunked_prefill",
+        "bool",
+        True,
+        "chunked prefill; off (engine v0 only) = V0's scheduler: steps of whole prompts alone, "
+        "decoders paused meanwhile",
+    ),
+    FieldSpec(
+        "usage_context",
+        "choice",
+        "api_server",
+        "whose scheduler defaults: api_server (`vllm serve`) or llm_class (the offline LLM "
+        "class of `vllm bench latency/throughput`: 16384 batched tokens on GPUs >= 70 GiB but "
+        "A100, else 8192)",
+        choices=USAGE_CONTEXTS,
     ),
     FieldSpec("gpu_memory_utilization", "float", 0.9, "fraction of GPU memory vLLM takes"),
     FieldSpec("block_size", "int", 16, "KV-cache block, in tokens", minimum=1),
@@ -253,6 +286,10 @@ class ScenarioConfig:
     max_num_batched_tokens: int | None = None
     max_model_len: int | None = None
     admission: str = "vllm"
+    num_scheduler_steps: int = 1
+    engine: str = "v1"
+    enable_chunked_prefill: bool = True
+    usage_context: str = "api_server"
     gpu_memory_utilization: float = 0.9
     block_size: int = 16
     enable_prefix_caching: bool = True
@@ -284,6 +321,10 @@ class ScenarioConfig:
             raise BadInputError(f"random_range_ratio must be < 1, got {self.random_range_ratio}")
         if not self.request_rate > 0:
             raise BadInputError(f"request_rate must be > 0 or inf, got {self.request_rate}")
+        if not self.enable_chunked_prefill and self.engine != "v0":
+            raise BadInputError(
+                "enable_chunked_prefill false needs engine v0 (V1 always chunks prefills)"
+            )
         if not (self.burstiness > 0 and math.isfinite(self.burstiness)):
             raise BadInputError(f"burstiness must be > 0, got {self.burstiness}")
         names = [c.name for c in self.mix]

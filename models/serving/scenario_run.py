@@ -27,13 +27,12 @@ from models.serving.config import (
     SchedulerConfig,
     SimulationOptions,
 )
+from models.serving.engine_era import engine_step_model, usage_scheduler_defaults
 from models.serving.records import SimulationResult
 from models.serving.request import RequestSpec
 from models.serving.scenario import (
     DEFAULT_MAX_MODEL_LEN,
-    GIB,
     KV_CACHE_DTYPES,
-    LARGE_GPU_MIN_GIB,
     ScenarioConfig,
 )
 from models.serving.summary import summarize
@@ -61,17 +60,19 @@ class ResolvedEngine:
     enable_prefix_caching: bool
     gpu_memory_utilization: float
     admission: str = "vllm"
+    num_scheduler_steps: int = 1
+    engine: str = "v1"
+    usage_context: str = "api_server"
+    enable_chunked_prefill: bool = True
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def scheduler_defaults(gpu: str) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) that vLLM's OpenAI server picks for a GPU."""
-    spec = get_gpu(gpu)
-    if spec.memory_bytes / GIB >= LARGE_GPU_MIN_GIB and not spec.name.upper().startswith("A100"):
-        return 1024, 8192
-    return 256, 2048
+def scheduler_defaults(gpu: str, usage_context: str = "api_server") -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that vLLM picks for a GPU: the OpenAI server's
+    by default, the offline LLM class's with usage_context "llm_class" (engine_era)."""
+    return usage_scheduler_defaults(get_gpu(gpu), usage_context)
 
 
 def resolve_engine(scenario: ScenarioConfig) -> tuple[ResolvedEngine, RooflinePredictor]:
@@ -85,8 +86,20 @@ def resolve_engine(scenario: ScenarioConfig) -> tuple[ResolvedEngine, RooflinePr
     weights = parse_precision(scenario.dtype, "dtype")
     kv = KV_CACHE_DTYPES[scenario.kv_cache_dtype]
     predictor = build_predictor(model, gpu, weights, scenario.tensor_parallel_size, kv)
+    if scenario.engine != "v1":
+        # the same coefficients (as carried to this GPU), V0's engine CPU terms (engine_era)
+        async_scheduling, coefficients = engine_step_model(scenario.engine, predictor.coefficients)
+        predictor = build_predictor(
+            model,
+            gpu,
+            weights,
+            scenario.tensor_parallel_size,
+            kv,
+            coefficients,
+            async_scheduling=async_scheduling,
+        )
     blocks = predictor.num_gpu_blocks(scenario.gpu_memory_utilization, scenario.block_size)
-    seqs, tokens = scheduler_defaults(gpu.name)
+    seqs, tokens = usage_scheduler_defaults(gpu, scenario.usage_context)
     max_num_seqs = scenario.max_num_seqs if scenario.max_num_seqs is not None else seqs
     batched = scenario.max_num_batched_tokens
     batched = batched if batched is not None else tokens
@@ -95,6 +108,13 @@ def resolve_engine(scenario: ScenarioConfig) -> tuple[ResolvedEngine, RooflinePr
             f"max_num_batched_tokens ({batched}) must be >= max_num_seqs ({max_num_seqs})"
         )
     max_model_len = scenario.max_model_len or DEFAULT_MAX_MODEL_LEN
+    if not scenario.enable_chunked_prefill and batched < max_model_len:
+        # vLLM V0 refuses to start so (a prompt of max_model_len could never be scheduled)
+        raise BadInputError(
+            f"without chunked prefill, max_num_batched_tokens ({batched}) must be >= "
+            f"max_model_len ({max_model_len}): raise --max-num-batched-tokens or lower "
+            "--max-model-len"
+        )
     kv_tokens = blocks * scenario.block_size
     if kv_tokens < max_model_len:
         # vLLM refuses to start when one request of max_model_len cannot fit the KV cache.
@@ -117,6 +137,10 @@ def resolve_engine(scenario: ScenarioConfig) -> tuple[ResolvedEngine, RooflinePr
         enable_prefix_caching=scenario.enable_prefix_caching,
         gpu_memory_utilization=scenario.gpu_memory_utilization,
         admission=scenario.admission,
+        num_scheduler_steps=scenario.num_scheduler_steps,
+        engine=scenario.engine,
+        usage_context=scenario.usage_context,
+        enable_chunked_prefill=scenario.enable_chunked_prefill,
     )
     return engine, predictor
 
@@ -129,6 +153,8 @@ def cluster_config(scenario: ScenarioConfig, engine: ResolvedEngine) -> ClusterC
             max_num_batched_tokens=engine.max_num_batched_tokens,
             max_model_len=engine.max_model_len,
             admission=engine.admission,
+            num_scheduler_steps=engine.num_scheduler_steps,
+            enable_chunked_prefill=engine.enable_chunked_prefill,
         ),
     )
     return ClusterConfig(replica, scenario.replicas, RouterPolicy(scenario.router))

@@ -148,8 +148,9 @@ def summarize(
     e2el = np.array([r.e2e_s for r in sent], dtype=float) + delay
     itl_values = [np.asarray(r.resume_gaps_s, dtype=float) for r in result.replicas]
     itl_weights = [np.ones(len(v)) for v in itl_values]
+    chunk_steps = result.config.replica.scheduler.num_scheduler_steps
     for rep in result.replicas:
-        values, weights = rep.steps.itl_observations()
+        values, weights = rep.steps.itl_observations(chunk_steps)
         if windowed:
             starts = rep.steps.start_s[rep.steps.num_decode > 0]
             inside = (starts >= start) & (starts <= end)
