@@ -32,7 +32,7 @@ class StepTimeCoefficients:
     Three groups: fitted on operator timings (the first twelve, models.calibration stage 1);
     fitted on whole-model steps (``step_*``, ``graph_kernel_gap_s``, ``launch_sharpness``:
     models.step_calibration, stage 2; defaults when no step rows were given); and assumptions no
-    single-GPU timing can measure (``allreduce_bw_fraction`` and the ``engine_*`` CPU terms;
+    single-GPU timing can measure (the ``engine_*`` CPU terms;
     ``engine_sync_s`` is refitted by ``step`` rows measured on vLLM itself)."""
 
     linear_launch_s: float  # eager dispatch gap per linear kernel, as the operator timings see it
@@ -58,7 +58,6 @@ class StepTimeCoefficients:
     graph_kernel_gap_s: float = 3e-6
     step_launch_s: float = 15e-6
     launch_sharpness: float = 4.0
-    allreduce_bw_fraction: float = 0.7
     # vLLM's engine CPU per step (assumed): scheduler, input preparation and output processing,
     # a constant plus a part per scheduled sequence; and what stays on the critical path with
     # async scheduling (sampled-token hand-off, state update).
@@ -90,11 +89,14 @@ class StepTimeCoefficients:
 
 
 ASSUMED_COEFFICIENTS = (
-    "allreduce_bw_fraction",
     "engine_step_cpu_s",
     "engine_seq_cpu_s",
     "engine_sync_s",
 )
+
+
+#: Coefficients older files may carry that are no longer read.
+RETIRED_COEFFICIENTS = frozenset({"allreduce_bw_fraction"})
 
 
 def coefficients_to_json(
@@ -136,6 +138,9 @@ def coefficients_from_json(text: str, where: str = "coefficients") -> StepTimeCo
     if not isinstance(values, dict):
         raise BadInputError(f"{where}: missing the 'coefficients' mapping")
     names = {f.name for f in fields(StepTimeCoefficients)}
+    # Retired coefficients that older files carry: read and ignored (allreduce_bw_fraction:
+    # the all-reduce is priced from published tables since 2026-12, models/allreduce.py).
+    values = {k: v for k, v in values.items() if k not in RETIRED_COEFFICIENTS}
     unknown = sorted(set(values) - names)
     if unknown:
         raise BadInputError(f"{where}: unknown coefficient(s) {', '.join(unknown)}")

@@ -20,7 +20,11 @@ from models.gpu_catalog import (
     load_gpu_catalog,
 )
 from models.step_calibration import held_out_mask, predict_whole_steps, read_step_timings
-from models.step_coefficients import default_coefficients
+from models.step_coefficients import (
+    coefficients_from_json,
+    coefficients_to_json,
+    default_coefficients,
+)
 from models.steptime import build_predictor, prefill_shape, steptime_command
 from models.steptime_terms import (
     fp8_kv_dequant_s_per_element,
@@ -310,3 +314,12 @@ def test_steptime_text_names_each_familys_provenance() -> None:
     assert "linear_compute published" in line and "memory_bandwidth extrapolated" in line
     assert "allreduce nvlink5: small messages extrapolated, large extrapolated" in line
     assert "fp8_kv_dequant published" in line and "engine_cpu assumed" in line
+
+
+def test_a_coefficients_file_with_the_retired_allreduce_fraction_still_loads():
+    doc = json.loads(coefficients_to_json(default_coefficients()))
+    doc["coefficients"]["allreduce_bw_fraction"] = 0.7  # as files written before 2026-12 carry
+    assert coefficients_from_json(json.dumps(doc)) == default_coefficients()
+    doc["coefficients"]["no_such_coefficient"] = 1.0
+    with pytest.raises(BadInputError, match=r"unknown coefficient.*no_such_coefficient"):
+        coefficients_from_json(json.dumps(doc))
