@@ -14,12 +14,14 @@ from inferledger.demo import add_parser as add_demo_parser
 from inferledger.demo import run as run_demo
 from inferledger.settings import SETTINGS, load_settings, settings_markdown
 
-#: Commands for analysts (issue #14): command → the module with its add_parser and run.
+#: Commands for analysts (issue #14), and migrate-ledger (#15): command → the module with its
+#: add_parser and run.
 ANALYST_COMMANDS = {
     "export": "inferledger.export_cli",
     "snapshot": "inferledger.snapshot_cli",
     "export-focus": "inferledger.focus_cli",
     "export-sql": "inferledger.export_sql_cli",
+    "migrate-ledger": "inferledger.clickhouse_cli",
 }
 
 #: Settings whose values `inferledger settings` does not print.

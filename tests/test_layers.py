@@ -192,3 +192,32 @@ def test_only_the_storage_backend_touches_duckdb() -> None:
     # and each allowed module is found and does use it (the check is not vacuous)
     for module in STORAGE_BACKEND:
         assert list(_duckdb_uses(modules()[module])), module
+
+
+#: the module that may import clickhouse-connect (and chdb): the ClickHouse event store (#15).
+CLICKHOUSE_BACKEND = "inferledger.core.clickhouse"
+
+
+def _clickhouse_imports(path: Path) -> Iterator[int]:
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        if any(n.split(".")[0] in ("clickhouse_connect", "chdb") for n in names):
+            yield node.lineno
+
+
+def test_only_the_clickhouse_backend_imports_clickhouse_connect() -> None:
+    """clickhouse-connect and chdb, like DuckDB, stay behind one module (bench scripts
+    included; tests may drive chdb directly)."""
+    scripts = {f"bench.{p.stem}": p for p in (ROOT / "bench").glob("*.py")}
+    wrong = [
+        f"{path.relative_to(ROOT)} line {line}"
+        for module, path in sorted({**modules(), **scripts}.items())
+        if module != CLICKHOUSE_BACKEND
+        for line in _clickhouse_imports(path)
+    ]
+    assert not wrong, "clickhouse-connect imported outside its backend:\n" + "\n".join(wrong)
+    assert list(_clickhouse_imports(modules()[CLICKHOUSE_BACKEND]))

@@ -511,6 +511,34 @@ class Storage:
 
         return self._run_read(fetch, timeout_s)
 
+    def iter_arrow(
+        self,
+        sql: str,
+        params: Params = None,
+        *,
+        batch_rows: int = 100_000,
+        timeout_s: float | None = None,
+    ) -> Iterator[pa.RecordBatch]:
+        """A query's rows as Arrow record batches of at most `batch_rows` rows, read as they
+        are consumed (bounded memory: bulk copies such as `inferledger migrate-ledger`). The
+        time limit covers the whole iteration; read nothing else on this thread meanwhile."""
+        cur = self._cursor()
+        limit = self.read_timeout_s if timeout_s is None else timeout_s
+        timer = threading.Timer(limit, cur.interrupt)
+        timer.daemon = True
+        timer.start()
+        try:
+            rel = cur.sql(sql, params=params) if params else cur.sql(sql)
+            if rel is None:
+                raise StorageError("iter_arrow needs a statement that returns rows")
+            yield from rel.to_arrow_reader(batch_rows)
+        except duckdb.InterruptException:
+            raise QueryTimeoutError(f"query took longer than {limit:g} s and was stopped") from None
+        except duckdb.Error as exc:
+            raise _query_error(exc) from None
+        finally:
+            timer.cancel()
+
     def query(
         self,
         sql: str,
