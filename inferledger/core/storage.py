@@ -483,12 +483,20 @@ class Storage:
         timeout_s: float | None,
     ) -> T:
         cur = self._cursor()
+        with self._time_limit(cur, timeout_s):
+            return fetch(cur)
+
+    @contextlib.contextmanager
+    def _time_limit(
+        self, cur: duckdb.DuckDBPyConnection, timeout_s: float | None
+    ) -> Iterator[None]:
+        """Interrupt `cur` past the read limit (QueryTimeoutError); engine errors as QueryError."""
         limit = self.read_timeout_s if timeout_s is None else timeout_s
         timer = threading.Timer(limit, cur.interrupt)
         timer.daemon = True
         timer.start()
         try:
-            return fetch(cur)
+            yield
         except duckdb.InterruptException:
             raise QueryTimeoutError(f"query took longer than {limit:g} s and was stopped") from None
         except duckdb.Error as exc:
@@ -523,21 +531,11 @@ class Storage:
         are consumed (bounded memory: bulk copies such as `inferledger migrate-ledger`). The
         time limit covers the whole iteration; read nothing else on this thread meanwhile."""
         cur = self._cursor()
-        limit = self.read_timeout_s if timeout_s is None else timeout_s
-        timer = threading.Timer(limit, cur.interrupt)
-        timer.daemon = True
-        timer.start()
-        try:
+        with self._time_limit(cur, timeout_s):
             rel = cur.sql(sql, params=params) if params else cur.sql(sql)
             if rel is None:
                 raise StorageError("iter_arrow needs a statement that returns rows")
             yield from rel.to_arrow_reader(batch_rows)
-        except duckdb.InterruptException:
-            raise QueryTimeoutError(f"query took longer than {limit:g} s and was stopped") from None
-        except duckdb.Error as exc:
-            raise _query_error(exc) from None
-        finally:
-            timer.cancel()
 
     def query(
         self,

@@ -395,6 +395,8 @@ def _run_independent(
         idx = 0
         next_sample = base
         seq = i
+        # The step-end block below is written out twice (before each arrival, then up to the
+        # horizon) on purpose: a shared function costs a call per event on the hottest path.
         for spec in dealt[i]:
             ta = spec.arrival_s
             while t_end < ta:  # a step end strictly before the arrival comes first

@@ -198,13 +198,7 @@ class ReplicaScheduler:
             self.step_prefill_tokens = 0
             self.step_prefill_attention = 0.0
             return STEP_DECODE
-        tokens = 0
-        attention = 0.0
-        for _, t, c0 in chunks:
-            tokens += t
-            attention += t * (c0 + t / 2)
-        self.step_prefill_tokens = tokens
-        self.step_prefill_attention = attention
+        tokens = self._price_prefill(chunks)
         if not tokens and not self.step_n:
             # Only preemptions happened (vLLM runs an empty step): schedule again at once.
             return self.schedule(now)
@@ -219,6 +213,12 @@ class ReplicaScheduler:
             return STEP_IDLE
         self.step_n = self.step_ctx = self.step_cross = 0
         self.step_chunks = chunks
+        self._price_prefill(chunks)
+        return STEP_MIXED
+
+    def _price_prefill(self, chunks: list[tuple[Request, int, int]]) -> int:
+        """Set the step's prefill tokens and attention pairs from its chunks (request, tokens,
+        context before them); returns the tokens."""
         tokens = 0
         attention = 0.0
         for _, t, c0 in chunks:
@@ -226,7 +226,7 @@ class ReplicaScheduler:
             attention += t * (c0 + t / 2)
         self.step_prefill_tokens = tokens
         self.step_prefill_attention = attention
-        return STEP_MIXED
+        return tokens
 
     def _schedule_running_exact(
         self, now: float, chunks: list[tuple[Request, int, int]]
