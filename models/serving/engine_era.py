@@ -17,7 +17,7 @@ engine: v0
     ``engine_step_cpu_s`` = 300 us + ``engine_seq_cpu_s`` = 2 us per sequence) times
     V0_ENGINE_CPU_SCALE, per step, FITTED on the `split: fit` rows of vLLM 0.6.0 with
     ``--num-scheduler-steps 10`` (bench/data/published_runs.yaml, sglang-v060-*; the only V0
-    rows): 2.4 ms + 16 us per sequence per step. It is a per-step average over a multi-step
+    rows): 2.1 ms + 14 us per sequence per step. It is a per-step average over a multi-step
     pass (the scheduling done once per pass plus what every step still does on the CPU: the
     sampler's output, advancing the inputs); it is applied unchanged for other pass lengths,
     an extrapolation. It also absorbs whatever else those rows' steps cost beyond the V1 step
