@@ -14,6 +14,7 @@ docs/simulator-calibration.md ("Per-GPU ladder", "All-reduce", "FP8 KV cache") h
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from dataclasses import replace
 from importlib import resources
@@ -62,7 +63,7 @@ def _kv_fp8_ops(doc: Any, where: str) -> float:
         ) from None
     if not ops or min(ops) <= 0:
         raise BadInputError(f"{where}: rows must show fp8 slower than half the bf16 time")
-    return sum(ops) / len(ops)
+    return math.fsum(ops) / len(ops)  # fsum: the same bits on every Python version
 
 
 @functools.cache
