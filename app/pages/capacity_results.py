@@ -40,7 +40,7 @@ def _ms(seconds: float | None) -> str:
 
 
 def model_error_line(result: Mapping[str, Any]) -> str:
-    """ "The serving model's measured median error: E2E 14 %, ITL 10 %, TTFT 16 %, ..."."""
+    """ "The serving model's measured median error: E2E 13 %, ITL 8 %, TTFT 17 %, ..."."""
     e = result.get("model_error") or {}
     return (
         f"The serving model's measured median error: E2E {_pct(e.get('e2e'))}, "
