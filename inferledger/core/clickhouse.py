@@ -30,7 +30,6 @@ import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -46,13 +45,13 @@ from inferledger.core.errors import (
     StorageError,
     one_line,
 )
+from inferledger.core.sql_files import load_migrations
 
 log = logging.getLogger(__name__)
 
 #: Where a server's password comes from (never from the URL).
 PASSWORD_ENV = "INFERLEDGER_CLICKHOUSE_PASSWORD"
 
-_MIGRATION_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _TIMEOUT_CODES = frozenset({159, 160})  # TIMEOUT_EXCEEDED, TOO_SLOW
 
@@ -62,13 +61,6 @@ TTL_TIME = {
     "metric_samples": "toDateTime(ts)",
     "scrapes": "toDateTime(ts)",
 }
-
-
-@dataclass(frozen=True)
-class ClickHouseMigration:
-    version: int
-    name: str
-    statements: list[str]
 
 
 def split_statements(sql: str) -> list[str]:
@@ -86,21 +78,6 @@ def split_statements(sql: str) -> list[str]:
     if current:
         out.append("\n".join(current).strip())
     return [s for s in out if s]
-
-
-def load_clickhouse_migrations() -> list[ClickHouseMigration]:
-    """sql/clickhouse/migrations, in version order (numbered 1..N without gaps)."""
-    folder = resources.files("sql").joinpath("clickhouse").joinpath("migrations")
-    out = []
-    for entry in folder.iterdir():
-        m = _MIGRATION_RE.match(entry.name)
-        if m:
-            text = entry.read_text(encoding="utf-8")
-            out.append(ClickHouseMigration(int(m.group(1)), m.group(2), split_statements(text)))
-    out.sort(key=lambda mig: mig.version)
-    if [m.version for m in out] != list(range(1, len(out) + 1)):
-        raise StorageError("sql/clickhouse/migrations must be numbered 1..N without gaps")
-    return out
 
 
 @dataclass(frozen=True)
@@ -286,7 +263,7 @@ class ClickHouseEvents:
 
     # ---------------------------------------------------------------- schema
     def _migrate(self) -> None:
-        migrations = load_clickhouse_migrations()
+        migrations = load_migrations("clickhouse/migrations")
         latest = migrations[-1].version if migrations else 0
         self._command(
             "CREATE TABLE IF NOT EXISTS schema_migrations (version UInt32, name String,"
@@ -306,7 +283,7 @@ class ClickHouseEvents:
                      mig.name)  # fmt: skip
             # No transactions: every statement is idempotent (IF NOT EXISTS), so a migration
             # that stopped half way is applied again whole.
-            for statement in mig.statements:
+            for statement in split_statements(mig.sql):
                 self._command(statement)
             self._command(
                 "INSERT INTO schema_migrations (version, name) VALUES "

@@ -18,17 +18,21 @@ class Migration:
     sql: str
 
 
-def load_migrations() -> list[Migration]:
-    """The schema migrations shipped in sql/migrations, in version order."""
+def load_migrations(folder: str = "migrations") -> list[Migration]:
+    """The schema migrations shipped in sql/<folder> (DuckDB's sql/migrations, ClickHouse's
+    sql/clickhouse/migrations), in version order."""
+    root = resources.files("sql")
+    for part in folder.split("/"):
+        root = root.joinpath(part)
     out = []
-    for entry in resources.files("sql").joinpath("migrations").iterdir():
+    for entry in root.iterdir():
         m = _MIGRATION_RE.match(entry.name)
         if m:
             out.append(Migration(int(m.group(1)), m.group(2), entry.read_text(encoding="utf-8")))
     out.sort(key=lambda mig: mig.version)
     versions = [mig.version for mig in out]
     if versions != list(range(1, len(out) + 1)):
-        raise StorageError(f"sql/migrations must be numbered 1..N without gaps, got {versions}")
+        raise StorageError(f"sql/{folder} must be numbered 1..N without gaps, got {versions}")
     return out
 
 
