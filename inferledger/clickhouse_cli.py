@@ -52,6 +52,11 @@ class EventTable:
     keys: tuple[str, ...]
     final: bool
 
+    @property
+    def clickhouse_source(self) -> str:
+        """The table as ClickHouse reads it exactly: with FINAL for a ReplacingMergeTree."""
+        return f"{self.name} FINAL" if self.final else self.name
+
 
 EVENT_TABLES: dict[str, EventTable] = {
     t.name: t
@@ -126,10 +131,10 @@ def copy_table(
             timeout_s=3600,
         )
     )
-    final = " FINAL" if table.final else ""
     target = _day_counts(
         store.fetchall(
-            f"SELECT {table.day_clickhouse} AS day, count() FROM {table.name}{final} GROUP BY day",
+            f"SELECT {table.day_clickhouse} AS day, count() FROM {table.clickhouse_source} "
+            "GROUP BY day",
             timeout_s=3600,
         )
     )
@@ -238,9 +243,8 @@ def verify_table(storage: Storage, store: ClickHouseEvents, table: EventTable) -
         f"SELECT {', '.join(c.duckdb for c in checks)} FROM {quote_ident(table.name)}",
         timeout_s=3600,
     )[0]
-    final = " FINAL" if table.final else ""
     ch = store.fetchall(
-        f"SELECT {', '.join(c.clickhouse for c in checks)} FROM {table.name}{final}",
+        f"SELECT {', '.join(c.clickhouse for c in checks)} FROM {table.clickhouse_source}",
         timeout_s=3600,
     )[0]
     differing = [
